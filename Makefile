@@ -1,0 +1,32 @@
+# One entry point for people and CI. `make demo` and `make test` both install what is missing first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+.PHONY: help setup demo test test-unit stack-up stack-down stack-wipe
+
+help:
+	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
+	@echo "make test    install everything, then run the whole test suite (unit + integration)"
+	@echo "make setup   install only (idempotent)"
+	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	@scripts/demo.sh
+
+test: setup
+	@. scripts/env.sh && scripts/run-tests.sh
+
+test-unit: setup
+	@. scripts/env.sh && pytest -q tests/unit
+
+stack-up: setup
+	@. scripts/env.sh && offsetbatch-stack kafka start && offsetbatch-stack postgres start
+
+stack-down:
+	@. scripts/env.sh && offsetbatch-stack kafka stop; offsetbatch-stack postgres stop
+
+stack-wipe:
+	@. scripts/env.sh && offsetbatch-stack kafka wipe; offsetbatch-stack postgres wipe

@@ -1,0 +1,232 @@
+"""A single Apache Kafka 4 broker in KRaft mode (broker + controller in one JVM) on 127.0.0.1.
+
+Started from the jars Maven resolved (``artifacts.fetch_kafka``), with its data and log in
+``.local/kafka``. A restart keeps the data (fault-injection tests rely on that); ``wipe`` removes
+it. Starting a running broker is a no-op; a port held by anything else is a clear error.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from offsetbatch.devstack import artifacts
+from offsetbatch.paths import local_dir
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9092
+LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started or stopped; the message says why and what to do."""
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited child not yet reaped) still answers kill(0).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@dataclass
+class KafkaBroker:
+    """One local broker; ``home`` holds its config, data, log and pid file."""
+
+    port: int = DEFAULT_PORT
+    home: Path | None = None
+    heap: str = "768m"
+
+    def __post_init__(self) -> None:
+        self.home = Path(self.home or local_dir() / "kafka")
+        self.controller_port = self.port + 1
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "broker.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "broker.pid"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def _write_config(self) -> Path:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Retention tests shrink retention per topic; let the cleaner notice within seconds.
+            "log.retention.check.interval.ms": "1000",
+            "log.segment.delete.delay.ms": "0",
+            "delete.topic.enable": "true",
+        }
+        self.home.mkdir(parents=True, exist_ok=True)
+        cfg = self.home / "server.properties"
+        cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.home / "log4j2.properties").write_text(LOG4J2.format(log_file=self.home / "server.log"))
+        return cfg
+
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        libs = artifacts.fetch_kafka()
+        return [
+            shutil.which("java") or "java",
+            f"-Xmx{self.heap}", "-Xms256m", "-XX:+UseG1GC",
+            f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
+            "-cp", f"{libs}/*", main_class, *args,
+        ]
+
+    def _format_storage(self, cfg: Path) -> None:
+        if (self.data_dir / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)),
+            capture_output=True, text=True,
+        )
+        if result.returncode != 0:
+            raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed:\n{result.stdout}{result.stderr}")
+        log.info("formatted KRaft storage in %s (cluster id %s)", self.data_dir, cluster_id)
+
+    def start(self, timeout: float = 90.0) -> float:
+        """Start (or find running) and wait until it answers metadata requests; returns seconds taken."""
+        t0 = time.monotonic()
+        if self.pid():
+            self.wait_ready(timeout)
+            return time.monotonic() - t0
+        for port in (self.port, self.controller_port):
+            if _port_open(port):
+                raise BrokerError(
+                    f"port 127.0.0.1:{port} is already in use by another process, not by the broker of "
+                    f"{self.home}. Stop that process or choose another port (KAFKA_PORT=...)."
+                )
+        cfg = self._write_config()
+        self._format_storage(cfg)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(cfg)),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self.pid_file.write_text(str(proc.pid))
+        self.wait_ready(timeout, proc)
+        took = time.monotonic() - t0
+        log.info("kafka broker ready on %s (pid %d) in %.1fs", self.bootstrap, proc.pid, took)
+        return took
+
+    def wait_ready(self, timeout: float, proc: subprocess.Popen | None = None) -> None:
+        """Block until the broker answers a metadata request listing itself."""
+        from kafka import KafkaAdminClient
+        from kafka.errors import KafkaError
+
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise BrokerError(f"the broker exited with code {proc.returncode}; see {self.log_file}:\n{self._tail()}")
+            if _port_open(self.port):
+                try:
+                    admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+                    try:
+                        if admin.describe_cluster().get("brokers"):
+                            return
+                    finally:
+                        admin.close()
+                except KafkaError as exc:  # not ready yet: controller still electing itself
+                    last = exc
+            time.sleep(0.2)
+        raise BrokerError(f"broker on {self.bootstrap} not ready after {timeout:.0f}s ({last}); see {self.log_file}:\n{self._tail()}")
+
+    def _tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 60.0, hard: bool = False) -> None:
+        """Stop by pid: SIGTERM (controlled shutdown) or, with ``hard``, SIGKILL (a crash)."""
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while _alive(pid):
+                time.sleep(0.1)
+        # A JVM's leader thread turns zombie before its other threads have closed the sockets.
+        while (_port_open(self.port) or _port_open(self.controller_port)) and time.monotonic() < deadline + 10:
+            time.sleep(0.05)
+        self.pid_file.unlink(missing_ok=True)
+        log.info("kafka broker on %s stopped", self.bootstrap)
+
+    def wipe(self) -> None:
+        """Stop and delete all topics, offsets and logs."""
+        self.stop()
+        shutil.rmtree(self.home, ignore_errors=True)
+        log.info("kafka broker data in %s wiped", self.home)

@@ -1,0 +1,1 @@
+"""Sample data for the demo, the tests and the benchmarks."""

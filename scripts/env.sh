@@ -1,0 +1,29 @@
+# shellcheck shell=bash
+# Source me (`. scripts/env.sh`): the environment for Airflow, Spark, Kafka and the ledger on the
+# embedded defaults. Every value can be overridden by exporting it first.
+OFFSETBATCH_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export OFFSETBATCH_ROOT
+export PATH="$OFFSETBATCH_ROOT/.venv/bin:$PATH"
+export OFFSETBATCH_HOME="${OFFSETBATCH_HOME:-$OFFSETBATCH_ROOT/.local}"
+export KAFKA_PORT="${KAFKA_PORT:-9092}"
+export PG_PORT="${PG_PORT:-54329}"
+
+# Airflow: home, DAGs and plugins of this project, SQLite metadata, no examples.
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$OFFSETBATCH_HOME/airflow}"
+export AIRFLOW__CORE__DAGS_FOLDER="$OFFSETBATCH_ROOT/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$OFFSETBATCH_ROOT/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
+export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
+export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-INFO}"
+
+# Connections, given as JSON (DESIGN.md §8: a missing spark_default means master 'yarn').
+export AIRFLOW_CONN_KAFKA_DEFAULT="${AIRFLOW_CONN_KAFKA_DEFAULT:-{\"conn_type\":\"kafka\",\"extra\":{\"bootstrap.servers\":\"127.0.0.1:$KAFKA_PORT\"}}}"
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":\"spark\",\"host\":\"local[*]\",\"extra\":{\"deploy-mode\":\"client\"}}}"
+export AIRFLOW_CONN_OFFSETBATCH_LEDGER="${AIRFLOW_CONN_OFFSETBATCH_LEDGER:-{\"conn_type\":\"sqlite\",\"host\":\"$OFFSETBATCH_HOME/ledger.db\"}}"
+
+# Spark: the driver binds to loopback only, and workers use this venv's Python.
+export SPARK_LOCAL_IP=127.0.0.1
+export PYSPARK_PYTHON="$OFFSETBATCH_ROOT/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$OFFSETBATCH_ROOT/.venv/bin/python"
