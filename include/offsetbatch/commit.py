@@ -1,0 +1,152 @@
+"""The commit: check the job's manifest against the plan, then, in this order,
+
+1. one ledger transaction under the pipeline lock: batch ``committed`` with its stats, frontier
+   advanced by compare-and-set (DESIGN.md §3, invariant 3);
+2. publish: move the staged output into ``<table>/batch_id=N`` (replacing an earlier attempt's),
+   then mark the batch published;
+3. best effort: commit the new frontier to the pipeline's consumer group for lag tools.
+
+Publishing after the transaction means a reader of ``<table>`` can never see the output of an
+uncommitted batch (invariant 5). A crash between 1 and 2 leaves a committed, unpublished batch;
+``publish_pending`` rolls it forward, and every plan and commit calls it first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from offsetbatch import faults, storage
+from offsetbatch.config import PipelineConfig
+from offsetbatch.errors import ManifestError
+from offsetbatch.jobspec import Manifest
+from offsetbatch.kafka_source import KafkaSource
+from offsetbatch.layout import TableLayout
+from offsetbatch.ledger import Ledger
+from offsetbatch.model import Batch, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CommitResult:
+    batch_id: int
+    outcome: str  # "committed" | "already_committed"
+    stats: dict
+
+
+def validate_manifest(batch: Batch, manifest: Manifest, expect_offset_gaps: bool) -> None:
+    """Every planned range is accounted for, every offset inside it, and counts reconcile."""
+    where = f"pipeline {batch.pipeline} batch {batch.batch_id}"
+    if manifest.batch_id != batch.batch_id or manifest.pipeline != batch.pipeline:
+        raise ManifestError(f"{where}: the manifest is for {manifest.pipeline} batch {manifest.batch_id}")
+    planned = {(r.topic, r.partition): r for r in batch.ranges}
+    reported = {(r.topic, r.partition): r for r in manifest.ranges}
+    if set(planned) != set(reported):
+        raise ManifestError(
+            f"{where}: the manifest covers partitions {sorted(reported)} but the plan has {sorted(planned)}. "
+            f"Re-run the spark_job task to rewrite the batch."
+        )
+    for key, r in planned.items():
+        m = reported[key]
+        if (m.from_offset, m.until_offset) != (r.from_offset, r.until_offset):
+            raise ManifestError(f"{where}: the job read {m.topic}/{m.partition}[{m.from_offset},{m.until_offset}) "
+                                f"but the plan is {r}. Re-run the spark_job task.")
+        if m.rows and (m.min_offset < r.from_offset or m.max_offset >= r.until_offset):
+            raise ManifestError(f"{where}: offsets {m.min_offset}..{m.max_offset} of {r.topic}/{r.partition} lie "
+                                f"outside the planned {r}. The output is not committed; report this as a bug.")
+        if m.rows > r.size or (m.rows < r.size and not expect_offset_gaps):
+            raise ManifestError(
+                f"{where}: {r} holds {r.size} offsets but the job read {m.rows} records. On a plain topic they must "
+                f"be equal; if the topic is compacted or transactional set kafka.expect_offset_gaps: true. "
+                f"Nothing was committed."
+            )
+    if manifest.rows_in != sum(m.rows for m in manifest.ranges):
+        raise ManifestError(f"{where}: manifest rows_in {manifest.rows_in} != sum of its ranges")
+    for f in manifest.data_files + manifest.rejected_files:
+        if not storage.exists(f):
+            raise ManifestError(f"{where}: file {f} listed in the manifest is missing. Re-run the spark_job task.")
+
+
+def publish(layout: TableLayout, batch_id: int) -> None:
+    """Move staged output into the table, replacing what an earlier attempt published. Each step
+    is a rename and the whole is idempotent, so a crash anywhere is finished by running it again."""
+    moves = [
+        (layout.staging_data(batch_id), layout.data(batch_id)),
+        (layout.staging_rejected(batch_id), layout.rejected(batch_id)),
+        (layout.staging_manifest(batch_id), layout.manifest(batch_id)),
+    ]
+    stamp = f"batch_id={batch_id}-{time.time_ns()}"
+    for i, (src, dst) in enumerate(moves):
+        if not storage.exists(src):
+            continue
+        if storage.exists(dst):
+            storage.move(dst, layout.trash(f"{stamp}-{i}"))
+        storage.move(src, dst)
+    storage.remove(layout.staging(batch_id))
+    storage.remove(f"{layout.meta}/trash")
+
+
+def publish_pending(cfg: PipelineConfig, ledger: Ledger) -> list[int]:
+    """Roll forward committed batches whose output was not published (crash after the transaction)."""
+    done = []
+    layout = TableLayout(cfg.sink.path)
+    for batch_id in ledger.unpublished(cfg.name):
+        publish(layout, batch_id)
+        ledger.mark_published(cfg.name, batch_id)
+        log.warning("pipeline %s batch %d: was committed but not published; published it now", cfg.name, batch_id)
+        done.append(batch_id)
+    return done
+
+
+def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, kafka: KafkaSource | None = None) -> CommitResult:
+    """Commit one batch whose Spark job has finished. Idempotent: a committed batch is left as is."""
+    t0 = time.monotonic()
+    publish_pending(cfg, ledger)
+    batch = ledger.get_batch(cfg.name, batch_id)
+    layout = TableLayout(cfg.sink.path)
+    if batch.status == "committed":
+        storage.remove(layout.staging(batch_id))  # a redundant re-execution's output
+        log.info("pipeline %s batch %d: already committed; nothing to do", cfg.name, batch_id)
+        return CommitResult(batch_id, "already_committed", batch.stats)
+    if batch.status != "planned":
+        raise ManifestError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be committed")
+    manifest_uri = layout.staging_manifest(batch_id)
+    if not storage.exists(manifest_uri):
+        raise ManifestError(
+            f"pipeline {cfg.name} batch {batch_id}: no manifest at {manifest_uri}, so the Spark job did not finish "
+            f"({batch.describe_ranges()}). Nothing was committed. Re-run the spark_job task (its output is replaced)."
+        )
+    manifest = Manifest.load(manifest_uri)
+    validate_manifest(batch, manifest, cfg.kafka.expect_offset_gaps)
+    faults.checkpoint("commit.before_transaction")
+
+    stats = dict(rows_in=manifest.rows_in, rows_out=manifest.rows_out, rows_rejected=manifest.rows_rejected,
+                 bytes_in=manifest.bytes_in, job_seconds=manifest.job_seconds)
+    range_stats = {TopicPartition(r.topic, r.partition): {"rows": r.rows, "rejected": r.rejected} for r in manifest.ranges}
+    with ledger.lock(cfg.name) as conn:
+        ledger.commit_batch(conn, batch, {**stats, "commit_seconds": round(time.monotonic() - t0, 3)}, range_stats)
+        faults.checkpoint("commit.in_transaction")
+    log.info("pipeline %s batch %d: committed, frontier advanced: %s", cfg.name, batch_id, batch.describe_ranges())
+    faults.checkpoint("commit.after_transaction")
+
+    publish(layout, batch_id)
+    ledger.mark_published(cfg.name, batch_id)
+    log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)", cfg.name, batch_id,
+             layout.data(batch_id), manifest.rows_out, manifest.rows_rejected)
+    if kafka is not None:
+        publish_progress(cfg, ledger, kafka)
+    return CommitResult(batch_id, "committed", stats)
+
+
+def publish_progress(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource) -> bool:
+    """Best effort: the ledger's frontier as the consumer group's committed offsets."""
+    frontier = ledger.frontier_now(cfg.name)
+    try:
+        kafka.commit_group(cfg.group_id, frontier)
+        return True
+    except Exception as exc:  # noqa: BLE001 - progress publication must never fail a committed batch
+        log.warning("pipeline %s: could not publish the frontier to consumer group %s (%s); the ledger is "
+                    "unaffected and stays the source of truth", cfg.name, cfg.group_id, exc)
+        return False

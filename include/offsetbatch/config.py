@@ -1,0 +1,248 @@
+"""Pipeline configuration: one YAML file per pipeline, validated into a typed, frozen object.
+
+A bad file raises ``ConfigError`` naming the file and the field, so it shows up as a readable
+DAG import error in the Airflow UI rather than a stack trace. ``${VAR}`` and ``${VAR:-default}``
+in string values are expanded from the environment (sink paths, connection ids).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from offsetbatch.paths import PROJECT_ROOT
+
+PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
+_NAME = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+class ConfigError(ValueError):
+    """A pipeline config is invalid; the message names the file and the field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSource(_Model):
+    conn_id: str = Field("kafka_default", description="Airflow connection with extra 'bootstrap.servers'")
+    topics: list[str] | None = Field(None, description="explicit topic list")
+    pattern: str | None = Field(None, description="regex over topic names; new matching topics are picked up")
+    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    expect_offset_gaps: bool = Field(
+        False, description="compacted or transactional topics: fewer records than offsets is expected"
+    )
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> "KafkaSource":
+        if bool(self.topics) == bool(self.pattern):
+            raise ValueError("give exactly one of 'topics' (a non-empty list) or 'pattern'")
+        if self.pattern:
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"'pattern' is not a valid regex: {exc}") from exc
+        return self
+
+
+class Caps(_Model):
+    max_records_per_partition: int = Field(5_000_000, gt=0)
+    max_records_per_batch: int = Field(50_000_000, gt=0)
+
+
+class ValueFormat(_Model):
+    format: Literal["json", "raw"] = "json"
+    schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
+    required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
+
+    @model_validator(mode="after")
+    def _schema_for_json(self) -> "ValueFormat":
+        if self.format == "json" and not self.schema_ddl:
+            raise ValueError("format 'json' needs a 'schema' (Spark DDL)")
+        if self.format == "raw" and (self.schema_ddl or self.required):
+            raise ValueError("format 'raw' takes no 'schema' or 'required'")
+        if self.schema_ddl:
+            names = [part.strip().split()[0].strip("`") for part in _split_ddl(self.schema_ddl)]
+            missing = [f for f in self.required if f not in names]
+            if missing:
+                raise ValueError(f"'required' names fields not in the schema: {', '.join(missing)}")
+        return self
+
+
+def _split_ddl(ddl: str) -> list[str]:
+    """Top-level comma split of a DDL string (commas inside <...> or (...) do not split)."""
+    parts, depth, cur = [], 0, ""
+    for ch in ddl:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p for p in parts if p.strip()]
+
+
+class Transform(_Model):
+    sql: str | None = Field(None, description="Spark SQL over the view 'records'")
+    python: str | None = Field(None, description="dotted path 'module.function' taking and returning a DataFrame")
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> "Transform":
+        if self.sql and self.python:
+            raise ValueError("give 'sql' or 'python', not both")
+        if self.python and not re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", self.python):
+            raise ValueError(f"'python' must be a dotted path 'module.function', got {self.python!r}")
+        return self
+
+
+class Sink(_Model):
+    path: str = Field(description="table root: a local path or any Hadoop-compatible URI")
+    event_time_column: str | None = Field(None, description="output column whose date sub-partitions the output")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if "://" not in v and not v.startswith("/"):
+            raise ValueError(f"must be an absolute path or a URI, got {v!r}")
+        return v.rstrip("/")
+
+
+class SparkSettings(_Model):
+    conn_id: str = "spark_default"
+    conf: dict[str, str] = Field(default_factory=dict)
+    records_per_task: int = Field(2_000_000, gt=0, description="ranges larger than this are split across Spark tasks")
+
+
+class AirflowSettings(_Model):
+    schedule: str = Field("0 * * * *", description="cron expression for CronDataIntervalTimetable")
+    start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    catchup: bool = False
+    retries: int = Field(2, ge=0)
+    retry_delay_seconds: int = Field(60, ge=0)
+    owner: str = "data-engineering"
+    tags: list[str] = Field(default_factory=list)
+
+
+class LedgerSettings(_Model):
+    conn_id: str | None = "offsetbatch_ledger"
+    url: str | None = Field(None, description="SQLAlchemy URL; wins over conn_id")
+
+
+class PipelineConfig(_Model):
+    name: str = Field(pattern=_NAME)
+    description: str = ""
+    kafka: KafkaSource
+    starting_policy: str = Field("earliest", description="'earliest' | 'latest' | ISO-8601 timestamp")
+    caps: Caps = Caps()
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    value: ValueFormat = ValueFormat(format="raw")
+    transform: Transform = Transform()
+    sink: Sink
+    consumer_group: str | None = Field(None, description="group the committed frontier is published to")
+    spark: SparkSettings = SparkSettings()
+    airflow: AirflowSettings = AirflowSettings()
+    ledger: LedgerSettings = LedgerSettings()
+    source_file: str | None = Field(None, exclude=True)
+
+    @field_validator("starting_policy")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        if v in ("earliest", "latest"):
+            return v
+        try:
+            ts = datetime.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"must be 'earliest', 'latest' or an ISO-8601 timestamp, got {v!r}") from None
+        if ts.tzinfo is None:
+            raise ValueError(f"timestamp {v!r} needs a timezone (e.g. '+00:00')")
+        return v
+
+    @property
+    def start_timestamp_ms(self) -> int | None:
+        if self.starting_policy in ("earliest", "latest"):
+            return None
+        return int(datetime.fromisoformat(self.starting_policy).timestamp() * 1000)
+
+    @property
+    def dag_id(self) -> str:
+        return f"offsetbatch_{self.name}"
+
+    @property
+    def pool(self) -> str:
+        return f"offsetbatch_{self.name}"
+
+    @property
+    def group_id(self) -> str:
+        return self.consumer_group or f"offsetbatch.{self.name}"
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}")
+
+
+def _expand(value):
+    if isinstance(value, str):
+        def sub(m: re.Match) -> str:
+            if m.group(1) in os.environ:
+                return os.environ[m.group(1)]
+            if m.group(2) is not None:
+                return m.group(2)
+            raise KeyError(m.group(1))
+        return _ENV.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: _expand(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand(v) for v in value]
+    return value
+
+
+def _default_home() -> str:
+    from offsetbatch.paths import local_dir
+
+    return str(local_dir())
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Read and validate one pipeline YAML file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read pipeline config: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a pipeline config is a YAML mapping, got {type(raw).__name__}")
+    os.environ.setdefault("OFFSETBATCH_HOME", _default_home())
+    try:
+        raw = _expand(raw)
+    except KeyError as exc:
+        raise ConfigError(f"{path}: environment variable ${{{exc.args[0]}}} is not set (use ${{VAR:-default}})") from None
+    try:
+        return PipelineConfig(**raw, source_file=str(path))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"field '{'.'.join(str(p) for p in err['loc']) or '(top level)'}': {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{path}: invalid pipeline config: {problems}") from None
+
+
+def load_all(directory: str | Path = PIPELINES_DIR) -> dict[str, PipelineConfig]:
+    """Every ``*.yaml`` in a folder, keyed by pipeline name (names must be unique)."""
+    configs: dict[str, PipelineConfig] = {}
+    for path in sorted(Path(directory).glob("*.y*ml")):
+        cfg = load_config(path)
+        if cfg.name in configs:
+            raise ConfigError(f"{path}: pipeline name '{cfg.name}' is already used by {configs[cfg.name].source_file}")
+        configs[cfg.name] = cfg
+    return configs

@@ -1,0 +1,83 @@
+"""The contract between an Airflow task and the Spark job: the job spec (what to read and how to
+write it) and the manifest (what was read and written). Both are JSON files in the table's
+``_offsetbatch/`` folder, so the job needs no database and works the same on a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from offsetbatch import storage
+from offsetbatch.model import OffsetRange
+
+SPEC_VERSION = 1
+
+
+@dataclass
+class JobSpec:
+    pipeline: str
+    batch_id: int
+    bootstrap: str
+    ranges: list[dict]
+    table: str
+    value_format: str = "raw"
+    schema_ddl: str | None = None
+    required: list[str] = field(default_factory=list)
+    transform_sql: str | None = None
+    transform_python: str | None = None
+    event_time_column: str | None = None
+    isolation_level: str = "read_uncommitted"
+    records_per_task: int = 2_000_000
+    version: int = SPEC_VERSION
+
+    @property
+    def offset_ranges(self) -> list[OffsetRange]:
+        return [OffsetRange(**r) for r in self.ranges]
+
+    def save(self, uri: str) -> None:
+        storage.write_json(uri, asdict(self))
+
+    @classmethod
+    def load(cls, uri: str) -> "JobSpec":
+        raw = storage.read_json(uri)
+        if raw.get("version") != SPEC_VERSION:
+            raise ValueError(f"job spec {uri} has version {raw.get('version')}, this job reads version {SPEC_VERSION}")
+        return cls(**raw)
+
+
+@dataclass
+class RangeReport:
+    """What the job read of one planned range."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    rows: int
+    rejected: int
+    min_offset: int | None
+    max_offset: int | None
+    bytes: int
+
+
+@dataclass
+class Manifest:
+    pipeline: str
+    batch_id: int
+    ranges: list[RangeReport]
+    rows_in: int
+    rows_out: int
+    rows_rejected: int
+    bytes_in: int
+    data_files: list[str]
+    rejected_files: list[str]
+    job_seconds: float
+    spark_version: str
+
+    def save(self, uri: str) -> None:
+        storage.write_json(uri, asdict(self))
+
+    @classmethod
+    def load(cls, uri: str) -> "Manifest":
+        raw = storage.read_json(uri)
+        raw["ranges"] = [RangeReport(**r) for r in raw["ranges"]]
+        return cls(**raw)

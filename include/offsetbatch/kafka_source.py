@@ -1,0 +1,126 @@
+"""What the planner and commit ask of Kafka: partitions, earliest/latest/time offsets, and the
+consumer-group offsets that publish progress to standard lag tools.
+
+Every offset question is one batched ``ListOffsets`` per leader broker (kafka-python's admin
+``list_partition_offsets``), never one call per partition (DESIGN.md §9).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTP
+from kafka.admin import OffsetSpec, OffsetTimestamp
+from kafka.errors import KafkaError
+from kafka.protocol.consumer.offsets import IsolationLevel
+from kafka.structs import OffsetAndMetadata
+
+from offsetbatch.model import TopicPartition
+
+log = logging.getLogger(__name__)
+# kafka-python logs every connection at INFO; operators want one line per batch, not per socket.
+if not os.environ.get("OFFSETBATCH_KAFKA_DEBUG"):
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+
+
+def bootstrap_from_connection(conn_id: str) -> str:
+    """``bootstrap.servers`` of an Airflow Kafka connection (extra, else host:port)."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    servers = conn.extra_dejson.get("bootstrap.servers")
+    if servers:
+        return servers
+    if conn.host:
+        return f"{conn.host}:{conn.port or 9092}"
+    raise ValueError(f"Kafka connection '{conn_id}' has neither extra 'bootstrap.servers' nor a host")
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    earliest: int
+    latest: int
+    cut: int | None = None  # first offset with timestamp >= the asked time; None when not asked
+
+
+class KafkaSource:
+    """A short-lived admin connection to one cluster."""
+
+    def __init__(self, bootstrap: str, isolation_level: str = "read_uncommitted"):
+        self.bootstrap = bootstrap
+        self.isolation = IsolationLevel.READ_COMMITTED if isolation_level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="offsetbatch", request_timeout_ms=30_000)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def __enter__(self) -> "KafkaSource":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def partitions(self, topics: list[str] | None = None, pattern: str | None = None) -> set[TopicPartition]:
+        """Partitions of the named topics (missing topics are simply absent) or of every
+        non-internal topic matching ``pattern`` (full match)."""
+        if pattern is not None:
+            rx = re.compile(pattern)
+            topics = [t for t in self.admin.list_topics() if not t.startswith("__") and rx.fullmatch(t)]
+        if not topics:
+            return set()
+        found: set[TopicPartition] = set()
+        for desc in self.admin.describe_topics(list(topics)):
+            if desc.get("error_code", 0) != 0:
+                continue  # unknown topic: the planner decides whether that is an error
+            for p in desc["partitions"]:
+                found.add(TopicPartition(desc["name"], p["partition_index"]))
+        return found
+
+    def _list(self, specs: dict[KafkaTP, object]) -> dict[TopicPartition, int]:
+        if not specs:
+            return {}
+        res = self.admin.list_partition_offsets(specs, isolation_level=self.isolation)
+        return {TopicPartition(tp.topic, tp.partition): v.offset for tp, v in res.items()}
+
+    def offsets(self, tps: set[TopicPartition] | list[TopicPartition], cut_timestamp_ms: int | None = None) -> dict[TopicPartition, PartitionOffsets]:
+        """Earliest, latest and (optionally) the time cut of each partition, in 2–3 batched requests."""
+        ktps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
+        earliest = self._list({tp: OffsetSpec.EARLIEST for tp in ktps})
+        latest = self._list({tp: OffsetSpec.LATEST for tp in ktps})
+        cuts: dict[TopicPartition, int] = {}
+        if cut_timestamp_ms is not None:
+            found = self._list({tp: OffsetTimestamp(cut_timestamp_ms) for tp in ktps})
+            # -1 / None: no record at or after that time yet -> the log end.
+            cuts = {tp: (o if o is not None and o >= 0 else latest[tp]) for tp, o in found.items()}
+        return {tp: PartitionOffsets(earliest[tp], latest[tp], cuts.get(tp)) for tp in earliest}
+
+    def offsets_for_time(self, tps, timestamp_ms: int) -> dict[TopicPartition, int]:
+        """First offset with timestamp >= ``timestamp_ms``, else the log end."""
+        return {tp: po.cut for tp, po in self.offsets(tps, timestamp_ms).items()}
+
+    def _retry(self, what: str, call, timeout_s: float = 30.0):
+        """Retry retriable errors (the group coordinator is created on first use)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return call()
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                    raise
+                log.info("%s: %s; retrying", what, exc)
+                time.sleep(0.5)
+
+    def commit_group(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Publish ``offsets`` as the group's committed offsets (the group must have no members)."""
+        specs = {KafkaTP(tp.topic, tp.partition): OffsetAndMetadata(o, "offsetbatch", -1) for tp, o in offsets.items()}
+        self._retry(f"committing group {group_id}", lambda: self.admin.alter_group_offsets(group_id, specs))
+
+    def group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        res = self._retry(f"reading group {group_id}", lambda: self.admin.list_group_offsets({group_id: None}))
+        offs = res.get(group_id, res) if isinstance(res, dict) else res
+        return {TopicPartition(tp.topic, tp.partition): om.offset for tp, om in offs.items() if om.offset >= 0}

@@ -1,0 +1,10 @@
+"""The offsets ledger: batches, ranges, frontier, data-loss gaps and audit events.
+
+The single source of truth for what was read. Airflow tasks own it; the Spark job never
+touches it (DESIGN.md §2).
+"""
+
+from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout, StaleCommitError
+from offsetbatch.ledger.store import Ledger
+
+__all__ = ["Ledger", "LedgerError", "LedgerLockTimeout", "StaleCommitError"]

@@ -1,0 +1,146 @@
+"""Connecting to the ledger database, and the per-pipeline lock that serializes plan and commit.
+
+SQLite: every transaction is ``BEGIN IMMEDIATE`` (takes the write lock up front, so a
+read-then-write can never interleave with another writer), WAL journal, ``synchronous=FULL``.
+PostgreSQL: a ``SELECT … FOR UPDATE`` on the pipeline's row, tried with NOWAIT first so a waiting
+run can say it is waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
+
+from offsetbatch.ledger import schema
+from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout
+
+log = logging.getLogger(__name__)
+LOCK_TIMEOUT_S = 120
+
+
+def url_from_connection(conn_id: str) -> str:
+    """SQLAlchemy URL of an Airflow connection (``sqlite`` host = file path; ``postgres``)."""
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type == "sqlite":
+        return f"sqlite:///{conn.host}"
+    if conn.conn_type in ("postgres", "postgresql"):
+        return sa.URL.create(
+            "postgresql+psycopg2", username=conn.login or None, password=conn.password or None,
+            host=conn.host or "127.0.0.1", port=conn.port or 5432, database=conn.schema or "postgres",
+        ).render_as_string(hide_password=False)
+    url = conn.extra_dejson.get("sqlalchemy_url")
+    if url:
+        return url
+    raise LedgerError(
+        f"connection '{conn_id}' has conn_type '{conn.conn_type}'; the ledger needs 'sqlite', 'postgres', "
+        f"or an extra 'sqlalchemy_url'"
+    )
+
+
+def create_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": LOCK_TIMEOUT_S})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None  # let SQLAlchemy's "begin" below decide
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _sqlite_begin(conn):
+            # Reads (``read_only`` connections) take no write lock; everything else does, up front.
+            conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("read_only") else "BEGIN IMMEDIATE")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def migrate(engine: sa.Engine) -> int:
+    """Apply missing schema versions; returns the version now in force."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(7305118)"))  # one migrator at a time
+        schema.schema_version.create(conn, checkfirst=True)
+        current = conn.execute(sa.select(sa.func.max(schema.schema_version.c.version))).scalar() or 0
+        if current > schema.LATEST:
+            raise LedgerError(
+                f"the ledger at {engine.url.render_as_string()} has schema version {current}, newer than this "
+                f"offsetbatch ({schema.LATEST}); upgrade offsetbatch"
+            )
+        for version in range(current + 1, schema.LATEST + 1):
+            schema.MIGRATIONS[version - 1](conn)
+            conn.execute(schema.schema_version.insert().values(version=version, applied_at=now()))
+            log.info("ledger schema migrated to version %d", version)
+    return schema.LATEST
+
+
+@contextmanager
+def pipeline_lock(engine: sa.Engine, pipeline: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
+    """One transaction holding the pipeline's lock; commits on success, rolls back on error."""
+    _ensure_pipeline_row(engine, pipeline)
+    t0 = time.monotonic()
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                _pg_lock(conn, pipeline, timeout_s)
+            waited = time.monotonic() - t0
+            if waited > 1:
+                log.info("pipeline %s: got the ledger lock after waiting %.1fs for another run", pipeline, waited)
+            yield conn
+    except OperationalError as exc:
+        if "locked" in str(exc).lower() or "lock timeout" in str(exc).lower():
+            raise LedgerLockTimeout(
+                f"pipeline {pipeline}: another run held the ledger lock for more than {timeout_s:.0f}s; "
+                f"nothing was changed. Check for a stuck plan/commit task of this pipeline and retry."
+            ) from exc
+        raise
+
+
+def _pg_lock(conn: sa.Connection, pipeline: str, timeout_s: float) -> None:
+    sel = sa.select(schema.pipelines.c.name).where(schema.pipelines.c.name == pipeline)
+    conn.execute(sa.text("SAVEPOINT ob_lock"))
+    try:
+        conn.execute(sel.with_for_update(nowait=True))
+        conn.execute(sa.text("RELEASE SAVEPOINT ob_lock"))
+        return
+    except OperationalError:
+        conn.execute(sa.text("ROLLBACK TO SAVEPOINT ob_lock"))
+    log.info("pipeline %s: another run holds the ledger lock; waiting up to %.0fs", pipeline, timeout_s)
+    conn.execute(sa.text(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'"))
+    conn.execute(sel.with_for_update())
+
+
+@contextmanager
+def reading(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A read-only connection (no write lock on SQLite)."""
+    with engine.connect().execution_options(read_only=True) as conn:
+        yield conn
+
+
+def _ensure_pipeline_row(engine: sa.Engine, pipeline: str) -> None:
+    with reading(engine) as conn:
+        exists = conn.execute(sa.select(schema.pipelines.c.name).where(schema.pipelines.c.name == pipeline)).first()
+    if exists:
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(schema.pipelines.insert().values(name=pipeline, created_at=now()))
+    except sa.exc.IntegrityError:
+        pass  # created concurrently

@@ -1,0 +1,110 @@
+"""Ledger tables and their versioned migrations, applied by the project (never by hand).
+
+``ob_schema_version`` holds the applied version; ``migrate`` applies what is missing, in order,
+each step in its own transaction. A new version appends to ``MIGRATIONS``; existing steps never
+change.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+pipelines = sa.Table(
+    "ob_pipelines", metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+batches = sa.Table(
+    "ob_batches", metadata,
+    sa.Column("pipeline", sa.String(128), primary_key=True),
+    sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("dag_id", sa.String(250)),
+    sa.Column("run_id", sa.String(250)),
+    sa.Column("data_interval_start", sa.DateTime(timezone=True)),
+    sa.Column("data_interval_end", sa.DateTime(timezone=True)),
+    sa.Column("planned_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("committed_at", sa.DateTime(timezone=True)),
+    sa.Column("published_at", sa.DateTime(timezone=True)),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("rows_in", sa.BigInteger),
+    sa.Column("rows_out", sa.BigInteger),
+    sa.Column("rows_rejected", sa.BigInteger),
+    sa.Column("bytes_in", sa.BigInteger),
+    sa.Column("job_seconds", sa.Float),
+    sa.Column("commit_seconds", sa.Float),
+    sa.Column("output_path", sa.Text),
+    sa.Index("ix_ob_batches_status", "pipeline", "status"),
+    sa.Index("ix_ob_batches_run", "pipeline", "run_id"),
+)
+
+ranges = sa.Table(
+    "ob_ranges", metadata,
+    sa.Column("pipeline", sa.String(128), primary_key=True),
+    sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("from_offset", sa.BigInteger, nullable=False),
+    sa.Column("until_offset", sa.BigInteger, nullable=False),
+    sa.Column("frontier_before", sa.BigInteger),
+    sa.Column("rows_read", sa.BigInteger),
+    sa.Column("rows_rejected", sa.BigInteger),
+    sa.CheckConstraint("until_offset > from_offset", name="ck_ob_ranges_nonempty"),
+    sa.Index("ix_ob_ranges_tp", "pipeline", "topic", "partition", "from_offset"),
+)
+
+frontier = sa.Table(
+    "ob_frontier", metadata,
+    sa.Column("pipeline", sa.String(128), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("start_offset", sa.BigInteger, nullable=False),
+    sa.Column("next_offset", sa.BigInteger, nullable=False),
+    sa.Column("batch_id", sa.BigInteger),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+gaps = sa.Table(
+    "ob_gaps", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(128), nullable=False),
+    sa.Column("topic", sa.String(249), nullable=False),
+    sa.Column("partition", sa.Integer, nullable=False),
+    sa.Column("from_offset", sa.BigInteger, nullable=False),
+    sa.Column("until_offset", sa.BigInteger, nullable=False),
+    sa.Column("batch_id", sa.BigInteger),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("detected_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Index("ix_ob_gaps_tp", "pipeline", "topic", "partition"),
+)
+
+events = sa.Table(
+    "ob_events", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("pipeline", sa.String(128), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("kind", sa.String(64), nullable=False),
+    sa.Column("actor", sa.String(250)),
+    sa.Column("batch_id", sa.BigInteger),
+    sa.Column("detail", sa.JSON),
+    sa.Index("ix_ob_events_pipeline", "pipeline", "at"),
+)
+
+schema_version = sa.Table(
+    "ob_schema_version", metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("applied_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+def _v1(conn: sa.Connection) -> None:
+    for table in (pipelines, batches, ranges, frontier, gaps, events):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS = [_v1]
+LATEST = len(MIGRATIONS)

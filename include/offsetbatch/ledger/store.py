@@ -1,0 +1,247 @@
+"""Ledger operations. Writes take a ``Connection`` from ``Ledger.lock(pipeline)`` so that a whole
+plan or commit is one transaction under the pipeline's lock; reads open their own."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Iterator
+
+import sqlalchemy as sa
+
+from offsetbatch.ledger import engine as eng
+from offsetbatch.ledger.errors import LedgerError, StaleCommitError
+from offsetbatch.ledger.schema import batches, events, frontier, gaps, ranges
+from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+class Ledger:
+    """The offsets ledger of one database (any number of pipelines)."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = eng.create_engine(url)
+        eng.migrate(self.engine)
+
+    @classmethod
+    def for_config(cls, cfg) -> "Ledger":
+        """The ledger a pipeline config points at (``ledger.url`` or its Airflow connection)."""
+        url = cfg.ledger.url or eng.url_from_connection(cfg.ledger.conn_id)
+        return cls(url)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def lock(self, pipeline: str, timeout_s: float = eng.LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
+        with eng.pipeline_lock(self.engine, pipeline, timeout_s) as conn:
+            yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[sa.Connection]:
+        with eng.reading(self.engine) as conn:
+            yield conn
+
+    # ---- reads -------------------------------------------------------------------------
+
+    @staticmethod
+    def frontier(conn: sa.Connection, pipeline: str) -> dict[TopicPartition, int]:
+        rows = conn.execute(sa.select(frontier.c.topic, frontier.c.partition, frontier.c.next_offset)
+                            .where(frontier.c.pipeline == pipeline))
+        return {TopicPartition(r.topic, r.partition): r.next_offset for r in rows}
+
+    def frontier_now(self, pipeline: str) -> dict[TopicPartition, int]:
+        with self.reading() as conn:
+            return self.frontier(conn, pipeline)
+
+    @staticmethod
+    def _ranges(conn: sa.Connection, pipeline: str, batch_id: int) -> list[OffsetRange]:
+        rows = conn.execute(
+            sa.select(ranges).where(ranges.c.pipeline == pipeline, ranges.c.batch_id == batch_id)
+            .order_by(ranges.c.topic, ranges.c.partition)
+        )
+        return [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before) for r in rows]
+
+    def _batch(self, conn: sa.Connection, row) -> Batch:
+        stats = {k: row._mapping[k] for k in ("rows_in", "rows_out", "rows_rejected", "bytes_in", "job_seconds",
+                                              "commit_seconds", "attempts", "planned_at", "committed_at",
+                                              "published_at", "data_interval_start", "data_interval_end",
+                                              "output_path")}
+        return Batch(row.pipeline, row.batch_id, row.kind, row.status,
+                     self._ranges(conn, row.pipeline, row.batch_id), row.run_id, row.dag_id, stats)
+
+    def get_batch(self, pipeline: str, batch_id: int, conn: sa.Connection | None = None) -> Batch:
+        if conn is None:
+            with self.reading() as c:
+                return self.get_batch(pipeline, batch_id, c)
+        row = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)).first()
+        if row is None:
+            raise LedgerError(f"pipeline {pipeline}: batch {batch_id} does not exist in the ledger")
+        return self._batch(conn, row)
+
+    def batch_for_run(self, conn: sa.Connection, pipeline: str, run_id: str) -> Batch | None:
+        row = conn.execute(
+            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.run_id == run_id,
+                                     batches.c.kind == "incremental")
+        ).first()
+        return self._batch(conn, row) if row else None
+
+    def pending(self, conn: sa.Connection, pipeline: str, kind: str = "incremental") -> Batch | None:
+        row = conn.execute(
+            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.status == "planned",
+                                     batches.c.kind == kind).order_by(batches.c.batch_id)
+        ).first()
+        return self._batch(conn, row) if row else None
+
+    def list_batches(self, pipeline: str, limit: int = 50, before: int | None = None) -> list[Batch]:
+        with self.reading() as conn:
+            q = sa.select(batches).where(batches.c.pipeline == pipeline)
+            if before is not None:
+                q = q.where(batches.c.batch_id < before)
+            rows = conn.execute(q.order_by(batches.c.batch_id.desc()).limit(limit)).all()
+            return [self._batch(conn, r) for r in rows]
+
+    def all_ranges(self, pipeline: str, committed_only: bool = True) -> list[tuple[int, OffsetRange]]:
+        """Every range of the pipeline with its batch id, ordered by partition and offset."""
+        with self.reading() as conn:
+            q = (sa.select(ranges, batches.c.status)
+                 .join(batches, sa.and_(batches.c.pipeline == ranges.c.pipeline, batches.c.batch_id == ranges.c.batch_id))
+                 .where(ranges.c.pipeline == pipeline))
+            if committed_only:
+                q = q.where(batches.c.status == "committed")
+            rows = conn.execute(q.order_by(ranges.c.topic, ranges.c.partition, ranges.c.from_offset)).all()
+        return [(r.batch_id, OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before)) for r in rows]
+
+    def list_gaps(self, pipeline: str) -> list[tuple[int | None, Gap]]:
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(gaps).where(gaps.c.pipeline == pipeline).order_by(gaps.c.id)).all()
+        return [(r.batch_id, Gap(r.topic, r.partition, r.from_offset, r.until_offset, r.reason)) for r in rows]
+
+    def frontier_rows(self, pipeline: str) -> list[dict]:
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(frontier).where(frontier.c.pipeline == pipeline)
+                                .order_by(frontier.c.topic, frontier.c.partition)).all()
+        return [dict(r._mapping) for r in rows]
+
+    def list_events(self, pipeline: str, limit: int = 100) -> list[dict]:
+        with self.reading() as conn:
+            rows = conn.execute(sa.select(events).where(events.c.pipeline == pipeline)
+                                .order_by(events.c.id.desc()).limit(limit)).all()
+        return [dict(r._mapping) for r in rows]
+
+    def unpublished(self, pipeline: str) -> list[int]:
+        """Committed batches whose output has not been moved into the table yet (roll-forward)."""
+        with self.reading() as conn:
+            return list(conn.execute(
+                sa.select(batches.c.batch_id).where(batches.c.pipeline == pipeline, batches.c.status == "committed",
+                                                    batches.c.published_at.is_(None)).order_by(batches.c.batch_id)
+            ).scalars())
+
+    # ---- writes (inside Ledger.lock) -----------------------------------------------------
+
+    @staticmethod
+    def event(conn: sa.Connection, pipeline: str, kind: str, detail: dict | None = None,
+              batch_id: int | None = None, actor: str | None = None) -> None:
+        conn.execute(events.insert().values(pipeline=pipeline, at=eng.now(), kind=kind, actor=actor,
+                                            batch_id=batch_id, detail=detail or {}))
+
+    def start_partitions(self, conn: sa.Connection, pipeline: str, starts: dict[TopicPartition, int], policy: str) -> None:
+        """Pin the first offset of newly discovered partitions (so ``latest`` is decided once)."""
+        t = eng.now()
+        for tp, offset in sorted(starts.items()):
+            conn.execute(frontier.insert().values(pipeline=pipeline, topic=tp.topic, partition=tp.partition,
+                                                  start_offset=offset, next_offset=offset, updated_at=t))
+            self.event(conn, pipeline, "partition_started",
+                       {"topic": tp.topic, "partition": tp.partition, "offset": offset, "policy": policy})
+
+    def skip_gap(self, conn: sa.Connection, pipeline: str, gap: Gap) -> None:
+        """Record offsets lost to retention and move the frontier over them, audited, in one
+        transaction (on_data_loss: skip). Committed ranges stay contiguous but for gap rows."""
+        res = conn.execute(
+            frontier.update()
+            .where(frontier.c.pipeline == pipeline, frontier.c.topic == gap.topic,
+                   frontier.c.partition == gap.partition, frontier.c.next_offset == gap.from_offset)
+            .values(next_offset=gap.until_offset, updated_at=eng.now())
+        )
+        if res.rowcount != 1:
+            raise StaleCommitError(f"pipeline {pipeline}: frontier of {gap.topic}/{gap.partition} moved while skipping "
+                                   f"gap [{gap.from_offset}, {gap.until_offset}); nothing was changed")
+        conn.execute(gaps.insert().values(pipeline=pipeline, topic=gap.topic, partition=gap.partition,
+                                          from_offset=gap.from_offset, until_offset=gap.until_offset,
+                                          reason=gap.reason, detected_at=eng.now()))
+        self.event(conn, pipeline, "data_loss_skipped", {"topic": gap.topic, "partition": gap.partition,
+                                                         "from": gap.from_offset, "until": gap.until_offset})
+
+    @staticmethod
+    def next_batch_id(conn: sa.Connection, pipeline: str) -> int:
+        top = conn.execute(sa.select(sa.func.max(batches.c.batch_id)).where(batches.c.pipeline == pipeline)).scalar()
+        return (top or 0) + 1
+
+    def insert_batch(self, conn: sa.Connection, pipeline: str, kind: str, planned: list[OffsetRange], *,
+                     dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
+                     output_path: str) -> Batch:
+        batch_id = self.next_batch_id(conn, pipeline)
+        conn.execute(batches.insert().values(
+            pipeline=pipeline, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
+            data_interval_start=interval[0], data_interval_end=interval[1], planned_at=eng.now(),
+            output_path=output_path,
+        ))
+        if planned:
+            conn.execute(ranges.insert(), [
+                dict(pipeline=pipeline, batch_id=batch_id, topic=r.topic, partition=r.partition,
+                     from_offset=r.from_offset, until_offset=r.until_offset, frontier_before=r.frontier_before)
+                for r in planned
+            ])
+        self.event(conn, pipeline, "batch_planned", {"kind": kind, "run_id": run_id, "ranges": len(planned),
+                                                     "records": sum(r.size for r in planned)}, batch_id)
+        return Batch(pipeline, batch_id, kind, "planned", list(planned), run_id, dag_id)
+
+    def commit_batch(self, conn: sa.Connection, batch: Batch, stats: dict, range_stats: dict[TopicPartition, dict]) -> None:
+        """Mark ``batch`` committed and advance the frontier by compare-and-set, in ``conn``'s transaction.
+
+        Raises ``StaleCommitError`` (and the caller's transaction rolls back, changing nothing) if
+        any partition's frontier is not the one the batch was planned from."""
+        t = eng.now()
+        for r in batch.ranges:
+            if r.frontier_before is None:
+                continue
+            res = conn.execute(
+                frontier.update()
+                .where(frontier.c.pipeline == batch.pipeline, frontier.c.topic == r.topic,
+                       frontier.c.partition == r.partition, frontier.c.next_offset == r.frontier_before)
+                .values(next_offset=r.until_offset, batch_id=batch.batch_id, updated_at=t)
+            )
+            if res.rowcount != 1:
+                actual = conn.execute(sa.select(frontier.c.next_offset).where(
+                    frontier.c.pipeline == batch.pipeline, frontier.c.topic == r.topic,
+                    frontier.c.partition == r.partition)).scalar()
+                raise StaleCommitError(
+                    f"pipeline {batch.pipeline}: batch {batch.batch_id} was planned from offset {r.frontier_before} of "
+                    f"{r.topic}/{r.partition}, but the frontier is now {actual}; another run moved it. Nothing was "
+                    f"committed. Re-run the DAG: the planner will re-plan from the current frontier."
+                )
+        for tp, st in range_stats.items():
+            conn.execute(ranges.update().where(ranges.c.pipeline == batch.pipeline, ranges.c.batch_id == batch.batch_id,
+                                               ranges.c.topic == tp.topic, ranges.c.partition == tp.partition)
+                         .values(rows_read=st.get("rows"), rows_rejected=st.get("rejected")))
+        res = conn.execute(
+            batches.update().where(batches.c.pipeline == batch.pipeline, batches.c.batch_id == batch.batch_id,
+                                   batches.c.status == "planned")
+            .values(status="committed", committed_at=t, **stats)
+        )
+        if res.rowcount != 1:
+            raise StaleCommitError(f"pipeline {batch.pipeline}: batch {batch.batch_id} is no longer 'planned'; nothing was committed")
+        self.event(conn, batch.pipeline, "batch_committed", {k: v for k, v in stats.items() if v is not None}, batch.batch_id)
+
+    def count_attempt(self, pipeline: str, batch_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+                         .values(attempts=batches.c.attempts + 1))
+
+    def mark_published(self, pipeline: str, batch_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+                         .values(published_at=eng.now()))

@@ -1,0 +1,178 @@
+"""The planner: which offsets the next batch reads (DESIGN.md §4, incremental runs).
+
+``plan_ranges`` is the arithmetic (pure, unit-tested); ``plan_for_run`` is the Airflow task's
+logic: under the pipeline's ledger lock it returns this run's batch if it already has one, else
+the pending batch of an earlier run (re-executed unchanged), else plans a new one from the
+frontier.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+from offsetbatch.config import Caps, PipelineConfig
+from offsetbatch.errors import DataLossError, PartitionVanishedError, TopicNotFoundError
+from offsetbatch.kafka_source import KafkaSource, PartitionOffsets
+from offsetbatch.ledger import Ledger
+from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The Airflow run asking for a plan."""
+
+    dag_id: str
+    run_id: str
+    data_interval_start: datetime | None = None
+    data_interval_end: datetime | None = None
+
+    @property
+    def cut_timestamp_ms(self) -> int | None:
+        """Runs with a data interval read up to its end (by record timestamp); others to the log end."""
+        return int(self.data_interval_end.timestamp() * 1000) if self.data_interval_end else None
+
+
+@dataclass
+class PlanResult:
+    outcome: Literal["new", "same_run", "pending", "committed", "empty"]
+    batch: Batch | None
+    gaps: list[Gap] = field(default_factory=list)
+
+    @property
+    def needs_work(self) -> bool:
+        return self.outcome in ("new", "same_run", "pending")
+
+
+def fair_share(demand: dict[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
+    """Split ``budget`` records over partitions: each gets an equal share, and what a small
+    partition does not need goes to the others (water-filling). Deterministic."""
+    grant = {tp: 0 for tp in demand}
+    left = dict(demand)
+    while budget > 0 and any(left.values()):
+        hungry = sorted(tp for tp, d in left.items() if d > 0)
+        share = max(budget // len(hungry), 1)
+        for tp in hungry:
+            take = min(share, left[tp], budget)
+            grant[tp] += take
+            left[tp] -= take
+            budget -= take
+            if budget == 0:
+                break
+    return grant
+
+
+def plan_ranges(
+    pipeline: str,
+    frontier: dict[TopicPartition, int],
+    offsets: dict[TopicPartition, PartitionOffsets],
+    caps: Caps,
+    on_data_loss: str,
+    use_cut: bool,
+) -> tuple[list[OffsetRange], list[Gap]]:
+    """Ranges ``[frontier, end)`` per partition, where end is the time cut (or log end) capped per
+    partition and per batch; plus the gaps retention left, when the pipeline skips them.
+
+    Raises ``DataLossError`` (fail policy) or ``PartitionVanishedError``; nothing is partial."""
+    vanished = sorted(tp for tp in frontier if tp not in offsets)
+    if vanished:
+        listing = ", ".join(f"{tp} (frontier {frontier[tp]})" for tp in vanished)
+        raise PartitionVanishedError(
+            f"pipeline {pipeline}: partition(s) {listing} are in the ledger but no longer exist in Kafka. Nothing was "
+            f"planned. If the topic was deleted or recreated on purpose, move the frontier with 'offsetbatch reset'."
+        )
+    gaps: list[Gap] = []
+    starts: dict[TopicPartition, int] = {}
+    demand: dict[TopicPartition, int] = {}
+    for tp in sorted(frontier):
+        po, start = offsets[tp], frontier[tp]
+        if start > po.latest:
+            raise DataLossError(
+                f"pipeline {pipeline}: frontier {start} of {tp} is past the log end {po.latest}; the topic was "
+                f"probably deleted and recreated. Nothing was planned. Move the frontier with 'offsetbatch reset'."
+            )
+        if start < po.earliest:
+            if on_data_loss != "skip":
+                raise DataLossError(
+                    f"pipeline {pipeline}: offsets [{start}, {po.earliest}) of {tp} were deleted by retention before "
+                    f"they were read ({po.earliest - start} records lost). Nothing was planned. Either raise the "
+                    f"topic's retention and restore the data, or set on_data_loss: skip to record the gap and go on."
+                )
+            gaps.append(Gap(tp.topic, tp.partition, start, po.earliest))
+            start = po.earliest
+        end = po.cut if use_cut and po.cut is not None else po.latest
+        end = max(start, min(end, po.latest, start + caps.max_records_per_partition))
+        starts[tp] = start
+        demand[tp] = end - start
+    grant = fair_share(demand, caps.max_records_per_batch)
+    planned = [
+        OffsetRange(tp.topic, tp.partition, starts[tp], starts[tp] + grant[tp], frontier_before=starts[tp])
+        for tp in sorted(starts) if grant[tp] > 0
+    ]
+    return planned, gaps
+
+
+def _start_offsets(cfg: PipelineConfig, kafka: KafkaSource, new: set[TopicPartition]) -> dict[TopicPartition, int]:
+    if not new:
+        return {}
+    if cfg.starting_policy == "earliest":
+        return {tp: po.earliest for tp, po in kafka.offsets(new).items()}
+    if cfg.starting_policy == "latest":
+        return {tp: po.latest for tp, po in kafka.offsets(new).items()}
+    return kafka.offsets_for_time(new, cfg.start_timestamp_ms)
+
+
+def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: RunInfo, output_path: str) -> PlanResult:
+    """Decide this run's batch. Idempotent per Airflow run; serialized per pipeline by the ledger lock."""
+    name = cfg.name
+    with ledger.lock(name) as conn:
+        own = ledger.batch_for_run(conn, name, run.run_id)
+        if own is not None:
+            outcome = "committed" if own.status == "committed" else "same_run"
+            log.info("pipeline %s batch %d: run %s already planned it (%s); ranges unchanged: %s",
+                     name, own.batch_id, run.run_id, own.status, own.describe_ranges())
+            return PlanResult(outcome, own)
+        pending = ledger.pending(conn, name)
+        if pending is not None:
+            log.warning("pipeline %s batch %d: planned by run %s but not committed; run %s executes it first, "
+                        "unchanged: %s", name, pending.batch_id, pending.run_id, run.run_id, pending.describe_ranges())
+            ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id}, pending.batch_id)
+            return PlanResult("pending", pending)
+
+        current = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
+        if cfg.kafka.topics:
+            missing = sorted(set(cfg.kafka.topics) - {tp.topic for tp in current})
+            if missing:
+                raise TopicNotFoundError(
+                    f"pipeline {name}: topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap}. Nothing was "
+                    f"planned. Create them, or fix 'kafka.topics' in {cfg.source_file}."
+                )
+        frontier = ledger.frontier(conn, name)
+        new = current - set(frontier)
+        starts = _start_offsets(cfg, kafka, new)
+        if starts:
+            ledger.start_partitions(conn, name, starts, cfg.starting_policy)
+            log.info("pipeline %s: %d new partition(s) start by policy %s: %s", name, len(starts), cfg.starting_policy,
+                     ", ".join(f"{tp}@{o}" for tp, o in sorted(starts.items())))
+            frontier.update(starts)
+
+        offsets = kafka.offsets(frontier.keys(), run.cut_timestamp_ms)
+        planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None)
+        for g in gaps:
+            ledger.skip_gap(conn, name, g)
+            log.warning("pipeline %s: offsets [%d, %d) of %s/%d were deleted by retention before being read; "
+                        "skipped (on_data_loss: skip) and recorded as a gap", name, g.from_offset, g.until_offset,
+                        g.topic, g.partition)
+        if not planned:
+            log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
+                     run.data_interval_end or "log end")
+            return PlanResult("empty", None, gaps)
+        batch = ledger.insert_batch(conn, name, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
+                                    interval=(run.data_interval_start, run.data_interval_end), output_path=output_path)
+        log.info("pipeline %s batch %d: planned for run %s, %d records: %s", name, batch.batch_id, run.run_id,
+                 batch.records, batch.describe_ranges())
+        return PlanResult("new", batch, gaps)

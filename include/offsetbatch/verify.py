@@ -1,0 +1,113 @@
+"""Exactly-once checks of a table against what was produced, record by record.
+
+Used by the demo and the tests. It reads the table through the documented read path (the
+Parquet files under ``<table>``, which hold committed batches only) with pyarrow: no Spark needed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+from offsetbatch.layout import TableLayout
+from offsetbatch.ledger import Ledger
+from offsetbatch.model import OffsetRange
+
+
+def _read(path: str, columns: list[str]):
+    p = Path(path.removeprefix("file://"))
+    if not p.exists() or not any(p.rglob("*.parquet")):
+        return None
+    # partitioning="hive" reads batch_id/event_date from folder names; hidden folders (_*) are skipped.
+    return ds.dataset(str(p), format="parquet", partitioning="hive",
+                      exclude_invalid_files=True, ignore_prefixes=["_", "."]).to_table(columns=columns)
+
+
+def output_ids(table: str, id_column: str = "event_id") -> list[str]:
+    t = _read(table, [id_column])
+    return [] if t is None else t.column(id_column).to_pylist()
+
+
+def output_batches(table: str) -> Counter:
+    t = _read(table, ["batch_id"])
+    return Counter() if t is None else Counter(t.column("batch_id").to_pylist())
+
+
+def rejected_offsets(table: str) -> list[tuple[int, int]]:
+    t = _read(TableLayout(table).rejected_root(), ["kafka_partition", "kafka_offset"])
+    if t is None:
+        return []
+    return list(zip(t.column("kafka_partition").to_pylist(), t.column("kafka_offset").to_pylist()))
+
+
+@dataclass
+class Report:
+    produced: int
+    output: int
+    duplicates: dict[str, int] = field(default_factory=dict)
+    missing: set[str] = field(default_factory=set)
+    unexpected: set[str] = field(default_factory=set)
+    rejected_expected: int = 0
+    rejected_found: int = 0
+    rejected_duplicates: int = 0
+    rejected_mismatch: int = 0
+    contiguity_errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.missing or self.unexpected or self.rejected_duplicates
+                    or self.rejected_mismatch or self.contiguity_errors)
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.ok else "FAIL"
+        return (f"exactly-once check {verdict}: produced {self.produced} valid ids, output {self.output} rows, "
+                f"{len(self.duplicates)} duplicated, {len(self.missing)} missing, {len(self.unexpected)} unexpected; "
+                f"rejected {self.rejected_found}/{self.rejected_expected} malformed records "
+                f"({self.rejected_duplicates} duplicated, {self.rejected_mismatch} wrong); "
+                f"ledger ranges contiguous: {'yes' if not self.contiguity_errors else self.contiguity_errors}")
+
+
+def contiguity(ledger: Ledger, pipeline: str) -> list[str]:
+    """Committed ranges of each partition chain from the partition's start to its frontier, with
+    holes only where a gap row records lost offsets (invariant 1)."""
+    errors: list[str] = []
+    gaps = {}
+    for _, g in ledger.list_gaps(pipeline):
+        gaps.setdefault((g.topic, g.partition), []).append((g.from_offset, g.until_offset))
+    by_tp: dict[tuple[str, int], list[OffsetRange]] = {}
+    for _, r in ledger.all_ranges(pipeline):
+        by_tp.setdefault((r.topic, r.partition), []).append(r)
+    for row in ledger.frontier_rows(pipeline):
+        key = (row["topic"], row["partition"])
+        pos = row["start_offset"]
+        spans = sorted([(r.from_offset, r.until_offset, "range") for r in by_tp.get(key, [])]
+                       + [(a, b, "gap") for a, b in gaps.get(key, [])])
+        for a, b, kind in spans:
+            if a != pos:
+                errors.append(f"{key[0]}/{key[1]}: {kind} [{a},{b}) does not start at {pos}")
+            pos = b
+        if pos != row["next_offset"]:
+            errors.append(f"{key[0]}/{key[1]}: ranges end at {pos} but the frontier is {row['next_offset']}")
+    return errors
+
+
+def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
+          ledger: Ledger | None = None, pipeline: str | None = None) -> Report:
+    ids = output_ids(table)
+    counts = Counter(ids)
+    report = Report(produced=len(valid_ids), output=len(ids))
+    report.duplicates = {k: v for k, v in counts.items() if v > 1}
+    report.missing = valid_ids - set(counts)
+    report.unexpected = set(counts) - valid_ids
+    if malformed is not None:
+        found = Counter(rejected_offsets(table))
+        report.rejected_expected = len(malformed)
+        report.rejected_found = sum(found.values())
+        report.rejected_duplicates = sum(1 for v in found.values() if v > 1)
+        report.rejected_mismatch = len(set(found) ^ set(malformed))
+    if ledger is not None and pipeline is not None:
+        report.contiguity_errors = contiguity(ledger, pipeline)
+    return report

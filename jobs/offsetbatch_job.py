@@ -1,0 +1,214 @@
+"""The Spark step of a batch: read exactly the planned offset ranges, parse, transform, write.
+
+    spark-submit --jars <connector jars> jobs/offsetbatch_job.py --spec <table>/_offsetbatch/plans/batch_id=N.json
+
+It reads the ranges with Spark's Kafka source (``assign`` + per-partition ``startingOffsets`` /
+``endingOffsets``, ``failOnDataLoss``), keeps Kafka metadata as ``kafka_*`` columns, parses values
+with the declared schema, routes malformed records to the rejected output, applies the transform
+and overwrites the batch's staging folder. The manifest, written last, says per range what was
+read; the commit task checks it. This job never touches the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from offsetbatch import faults, storage
+from offsetbatch.jobspec import JobSpec, Manifest, RangeReport
+from offsetbatch.layout import TableLayout
+
+log = logging.getLogger("offsetbatch.job")
+CORRUPT = "_corrupt_record"
+ERROR = "_error"
+META = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
+
+
+class OffsetOutOfPlanError(RuntimeError):
+    """Spark returned a record outside the planned ranges: never write such a batch."""
+
+
+def read_ranges(spark: SparkSession, spec: JobSpec) -> DataFrame:
+    """Exactly the planned ranges, at least one Spark task per Kafka partition and more for big ones."""
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for r in spec.offset_ranges:
+        assign.setdefault(r.topic, []).append(r.partition)
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.from_offset
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.until_offset
+    total = sum(r.size for r in spec.offset_ranges)
+    min_partitions = max(len(spec.ranges), math.ceil(total / spec.records_per_task))
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", spec.bootstrap)
+        .option("assign", json.dumps(assign))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("failOnDataLoss", "true")
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", spec.isolation_level)
+        .option("minPartitions", str(min_partitions))
+        .load()
+    )
+
+
+def with_metadata(raw: DataFrame) -> DataFrame:
+    return raw.select(
+        F.col("topic").alias("kafka_topic"),
+        F.col("partition").alias("kafka_partition"),
+        F.col("offset").alias("kafka_offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        F.col("key").alias("kafka_key"),
+        F.col("headers").alias("kafka_headers"),
+        F.col("value"),
+    )
+
+
+def parse(records: DataFrame, spec: JobSpec) -> DataFrame:
+    """Add the parsed fields and ``_error`` (NULL for good records) to every record."""
+    if spec.value_format == "raw":
+        return records.withColumn(ERROR, F.lit(None).cast("string"))
+    text = F.col("value").cast("string")
+    parsed = F.from_json(text, f"{spec.schema_ddl}, {CORRUPT} STRING",
+                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+    df = records.withColumn("_text", text).withColumn("_parsed", parsed)
+    fields = [f for f in df.schema["_parsed"].dataType.fieldNames() if f != CORRUPT]
+    missing = F.concat_ws(", ", *[F.when(F.col(f"_parsed.{f}").isNull(), F.lit(f)) for f in spec.required]) if spec.required else F.lit("")
+    error = (
+        F.when(F.col("value").isNull(), F.lit("null value"))
+        .when(F.col("_text").contains("\ufffd"), F.lit("value is not valid UTF-8"))
+        .when(F.get_json_object(F.col("_text"), "$").isNull(), F.lit("malformed JSON"))
+        .when(F.col(f"_parsed.{CORRUPT}").isNotNull(), F.lit("schema mismatch: value does not fit the declared schema"))
+        .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
+    )
+    return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR))
+
+
+def range_stats(parsed: DataFrame) -> dict[tuple[str, int], dict]:
+    """Per partition: rows, rejected, min/max offset, bytes. One small row per partition reaches the driver."""
+    rows = parsed.groupBy("kafka_topic", "kafka_partition").agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.when(F.col(ERROR).isNotNull(), 1).otherwise(0)).alias("rejected"),
+        F.min("kafka_offset").alias("min_offset"),
+        F.max("kafka_offset").alias("max_offset"),
+        F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("bytes"),
+    ).collect()
+    return {(r.kafka_topic, r.kafka_partition): r.asDict() for r in rows}
+
+
+def check_offsets(spec: JobSpec, stats: dict[tuple[str, int], dict]) -> list[RangeReport]:
+    """Fail loudly unless every record read lies inside its planned range."""
+    planned = {(r.topic, r.partition): r for r in spec.offset_ranges}
+    unexpected = sorted(set(stats) - set(planned))
+    if unexpected:
+        raise OffsetOutOfPlanError(
+            f"pipeline {spec.pipeline} batch {spec.batch_id}: Kafka returned records of partitions not in the plan: "
+            f"{unexpected}. Nothing was written; report this as a bug."
+        )
+    reports = []
+    for key, r in sorted(planned.items()):
+        s = stats.get(key, {"rows": 0, "rejected": 0, "min_offset": None, "max_offset": None, "bytes": 0})
+        if s["rows"] and (s["min_offset"] < r.from_offset or s["max_offset"] >= r.until_offset):
+            raise OffsetOutOfPlanError(
+                f"pipeline {spec.pipeline} batch {spec.batch_id}: {r} was planned but records with offsets "
+                f"{s['min_offset']}..{s['max_offset']} were read. Nothing was written; report this as a bug."
+            )
+        reports.append(RangeReport(r.topic, r.partition, r.from_offset, r.until_offset, s["rows"], s["rejected"] or 0,
+                                   s["min_offset"], s["max_offset"], s["bytes"] or 0))
+    return reports
+
+
+def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
+    if spec.transform_python:
+        module, _, func = spec.transform_python.rpartition(".")
+        return getattr(importlib.import_module(module), func)(good)
+    good.createOrReplaceTempView("records")
+    return spark.sql(spec.transform_sql) if spec.transform_sql else good
+
+
+def _kill_when_writing(staging_data: str) -> None:
+    """Fault point job.kill_during_write: SIGKILL this driver once the first data file is being written."""
+    def watch() -> None:
+        while True:
+            if any("/_temporary/" in f and "/part-" in f for f in storage.files(staging_data, suffix="")):
+                log.error("fault injection: killing the Spark driver mid-write (job.kill_during_write)")
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.01)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run(spark: SparkSession, spec: JobSpec) -> Manifest:
+    t0 = time.monotonic()
+    layout = TableLayout(spec.table)
+    # A previous attempt's manifest must never describe this attempt's files.
+    storage.remove(layout.staging_manifest(spec.batch_id))
+    log.info("pipeline %s batch %d: reading %d range(s), %d records", spec.pipeline, spec.batch_id,
+             len(spec.ranges), sum(r.size for r in spec.offset_ranges))
+
+    parsed = parse(with_metadata(read_ranges(spark, spec)), spec).persist(StorageLevel.MEMORY_AND_DISK)
+    reports = check_offsets(spec, range_stats(parsed))
+
+    good = parsed.where(F.col(ERROR).isNull()).drop(ERROR)
+    if spec.value_format == "json":
+        good = good.drop("value")
+    out = transform(spark, good, spec)
+    writer = out
+    partition_by: list[str] = []
+    if spec.event_time_column:
+        writer = out.withColumn("event_date", F.to_date(F.col(spec.event_time_column)))
+        partition_by = ["event_date"]
+    if faults.active("job.kill_during_write"):
+        _kill_when_writing(layout.staging_data(spec.batch_id))
+    writer.write.mode("overwrite").partitionBy(*partition_by).parquet(layout.staging_data(spec.batch_id))
+
+    rejected = parsed.where(F.col(ERROR).isNotNull()).select(
+        *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"),
+    )  # batch_id comes from the folder name, <table>/_rejected/batch_id=N
+    rejected.write.mode("overwrite").parquet(layout.staging_rejected(spec.batch_id))
+    parsed.unpersist()
+
+    rows_out = spark.read.parquet(layout.staging_data(spec.batch_id)).count() if storage.files(layout.staging_data(spec.batch_id)) else 0
+    manifest = Manifest(
+        pipeline=spec.pipeline, batch_id=spec.batch_id, ranges=reports,
+        rows_in=sum(r.rows for r in reports), rows_out=rows_out, rows_rejected=sum(r.rejected for r in reports),
+        bytes_in=sum(r.bytes for r in reports),
+        data_files=storage.files(layout.staging_data(spec.batch_id)),
+        rejected_files=storage.files(layout.staging_rejected(spec.batch_id)),
+        job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version,
+    )
+    manifest.save(layout.staging_manifest(spec.batch_id))
+    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,
+             manifest.rows_in, manifest.rows_out, manifest.rows_rejected, manifest.job_seconds)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="offsetbatch Spark step")
+    parser.add_argument("--spec", required=True, help="URI of the batch's job spec (JSON)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    spec = JobSpec.load(args.spec)
+    spark = SparkSession.builder.appName(f"offsetbatch-{spec.pipeline}-batch-{spec.batch_id}").getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        run(spark, spec)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
