@@ -140,23 +140,28 @@ def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
 
 
 def _kill_when_writing(staging_data: str) -> None:
-    """Fault point job.kill_during_write: SIGKILL this driver once the first data file is being written."""
+    """Fault point job.kill_during_write: once the first data file is being written, SIGKILL the
+    driver's JVM (spark-submit's SparkSubmit, this process's parent) and this process, as a lost
+    node or the OOM killer would: no shutdown hook gets to clean up the partial files."""
     def watch() -> None:
         while True:
             if any("/_temporary/" in f and "/part-" in f for f in storage.files(staging_data, suffix="")):
                 log.error("fault injection: killing the Spark driver mid-write (job.kill_during_write)")
+                sys.stderr.flush()
+                time.sleep(0.5)  # the JVM relays this process's stderr: let the line out first
+                os.kill(os.getppid(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.01)
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run(spark: SparkSession, spec: JobSpec) -> Manifest:
+def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
     t0 = time.monotonic()
     layout = TableLayout(spec.table)
-    # A previous attempt's manifest must never describe this attempt's files.
-    storage.remove(layout.staging_manifest(spec.batch_id))
-    log.info("pipeline %s batch %d: reading %d range(s), %d records", spec.pipeline, spec.batch_id,
-             len(spec.ranges), sum(r.size for r in spec.offset_ranges))
+    # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
+    storage.remove(layout.staging_manifest(spec.batch_id, attempt))
+    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records", spec.pipeline, spec.batch_id,
+             attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges))
 
     parsed = parse(with_metadata(read_ranges(spark, spec)), spec).persist(StorageLevel.MEMORY_AND_DISK)
     reports = check_offsets(spec, range_stats(parsed))
@@ -171,25 +176,25 @@ def run(spark: SparkSession, spec: JobSpec) -> Manifest:
         writer = out.withColumn("event_date", F.to_date(F.col(spec.event_time_column)))
         partition_by = ["event_date"]
     if faults.active("job.kill_during_write"):
-        _kill_when_writing(layout.staging_data(spec.batch_id))
-    writer.write.mode("overwrite").partitionBy(*partition_by).parquet(layout.staging_data(spec.batch_id))
+        _kill_when_writing(layout.staging_data(spec.batch_id, attempt))
+    writer.write.mode("overwrite").partitionBy(*partition_by).parquet(layout.staging_data(spec.batch_id, attempt))
 
     rejected = parsed.where(F.col(ERROR).isNotNull()).select(
         *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"),
     )  # batch_id comes from the folder name, <table>/_rejected/batch_id=N
-    rejected.write.mode("overwrite").parquet(layout.staging_rejected(spec.batch_id))
+    rejected.write.mode("overwrite").parquet(layout.staging_rejected(spec.batch_id, attempt))
     parsed.unpersist()
 
-    rows_out = spark.read.parquet(layout.staging_data(spec.batch_id)).count() if storage.files(layout.staging_data(spec.batch_id)) else 0
+    rows_out = spark.read.parquet(layout.staging_data(spec.batch_id, attempt)).count() if storage.files(layout.staging_data(spec.batch_id, attempt)) else 0
     manifest = Manifest(
         pipeline=spec.pipeline, batch_id=spec.batch_id, ranges=reports,
         rows_in=sum(r.rows for r in reports), rows_out=rows_out, rows_rejected=sum(r.rejected for r in reports),
         bytes_in=sum(r.bytes for r in reports),
-        data_files=storage.files(layout.staging_data(spec.batch_id)),
-        rejected_files=storage.files(layout.staging_rejected(spec.batch_id)),
+        data_files=storage.files(layout.staging_data(spec.batch_id, attempt)),
+        rejected_files=storage.files(layout.staging_rejected(spec.batch_id, attempt)),
         job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version,
     )
-    manifest.save(layout.staging_manifest(spec.batch_id))
+    manifest.save(layout.staging_manifest(spec.batch_id, attempt))
     log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,
              manifest.rows_in, manifest.rows_out, manifest.rows_rejected, manifest.job_seconds)
     return manifest
@@ -198,13 +203,14 @@ def run(spark: SparkSession, spec: JobSpec) -> Manifest:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="offsetbatch Spark step")
     parser.add_argument("--spec", required=True, help="URI of the batch's job spec (JSON)")
+    parser.add_argument("--attempt", required=True, help="this attempt's id: its own staging folder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     spec = JobSpec.load(args.spec)
-    spark = SparkSession.builder.appName(f"offsetbatch-{spec.pipeline}-batch-{spec.batch_id}").getOrCreate()
+    spark = SparkSession.builder.appName(f"offsetbatch-{spec.pipeline}-batch-{spec.batch_id}-{args.attempt}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
-        run(spark, spec)
+        run(spark, spec, args.attempt)
     finally:
         spark.stop()
     return 0

@@ -66,3 +66,56 @@ def spark():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_env(test_state, kafka_broker):
+    """Environment for real Airflow runs: a private Airflow home and DAG folder, connections
+    pointing at the test broker, ``local[*]`` Spark."""
+    import json
+    import os
+    import subprocess
+
+    home, dags = test_state / "airflow", test_state / "dags"
+    for d in (home, dags):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
+        "OFFSETBATCH_HOME": str(test_state),
+    }
+    env.pop("OFFSETBATCH_FAULTS", None)
+    res = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return env
+
+
+@pytest.fixture
+def make_pipeline(airflow_env, kafka_broker, test_state, request):
+    """Factory of pipelines under test, each with its own topic, SQLite ledger and table."""
+    import re
+
+    from harness import Pipeline
+
+    made = []
+
+    def make(suffix: str = "", ledger_url: str | None = None, **overrides):
+        base = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
+        name = f"{base}{suffix}"
+        root = test_state / "pipelines" / name
+        shutil.rmtree(root, ignore_errors=True)
+        p = Pipeline(name=name, topic=f"t-{name}".replace("_", "-"), env=airflow_env, root=root,
+                     bootstrap=kafka_broker.bootstrap, ledger_url=ledger_url or f"sqlite:///{root}/ledger.db",
+                     overrides=overrides)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.ledger.dispose()

@@ -69,13 +69,14 @@ def validate_manifest(batch: Batch, manifest: Manifest, expect_offset_gaps: bool
             raise ManifestError(f"{where}: file {f} listed in the manifest is missing. Re-run the spark_job task.")
 
 
-def publish(layout: TableLayout, batch_id: int) -> None:
-    """Move staged output into the table, replacing what an earlier attempt published. Each step
-    is a rename and the whole is idempotent, so a crash anywhere is finished by running it again."""
+def publish(layout: TableLayout, batch_id: int, attempt: str) -> None:
+    """Move the committed attempt's output into the table, replacing what was published before.
+    Each step is a rename and the whole is idempotent, so a crash anywhere is finished by running
+    it again. Other attempts' staging (crashed or concurrent) is deleted."""
     moves = [
-        (layout.staging_data(batch_id), layout.data(batch_id)),
-        (layout.staging_rejected(batch_id), layout.rejected(batch_id)),
-        (layout.staging_manifest(batch_id), layout.manifest(batch_id)),
+        (layout.staging_data(batch_id, attempt), layout.data(batch_id)),
+        (layout.staging_rejected(batch_id, attempt), layout.rejected(batch_id)),
+        (layout.staging_manifest(batch_id, attempt), layout.manifest(batch_id)),
     ]
     stamp = f"batch_id={batch_id}-{time.time_ns()}"
     for i, (src, dst) in enumerate(moves):
@@ -92,27 +93,30 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger) -> list[int]:
     """Roll forward committed batches whose output was not published (crash after the transaction)."""
     done = []
     layout = TableLayout(cfg.sink.path)
-    for batch_id in ledger.unpublished(cfg.name):
-        publish(layout, batch_id)
+    for batch_id, attempt in ledger.unpublished(cfg.name):
+        publish(layout, batch_id, attempt)
         ledger.mark_published(cfg.name, batch_id)
         log.warning("pipeline %s batch %d: was committed but not published; published it now", cfg.name, batch_id)
         done.append(batch_id)
     return done
 
 
-def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, kafka: KafkaSource | None = None) -> CommitResult:
-    """Commit one batch whose Spark job has finished. Idempotent: a committed batch is left as is."""
+def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: str,
+                 kafka: KafkaSource | None = None) -> CommitResult:
+    """Commit the output of one finished Spark attempt of a batch. Idempotent: a committed batch is
+    left as is, and a losing concurrent attempt's output is discarded."""
     t0 = time.monotonic()
     publish_pending(cfg, ledger)
     batch = ledger.get_batch(cfg.name, batch_id)
     layout = TableLayout(cfg.sink.path)
     if batch.status == "committed":
-        storage.remove(layout.staging(batch_id))  # a redundant re-execution's output
-        log.info("pipeline %s batch %d: already committed; nothing to do", cfg.name, batch_id)
+        storage.remove(layout.attempt(batch_id, attempt))  # a redundant re-execution's output
+        log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
+                 cfg.name, batch_id, batch.stats.get("committed_attempt"), attempt)
         return CommitResult(batch_id, "already_committed", batch.stats)
     if batch.status != "planned":
         raise ManifestError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be committed")
-    manifest_uri = layout.staging_manifest(batch_id)
+    manifest_uri = layout.staging_manifest(batch_id, attempt)
     if not storage.exists(manifest_uri):
         raise ManifestError(
             f"pipeline {cfg.name} batch {batch_id}: no manifest at {manifest_uri}, so the Spark job did not finish "
@@ -122,7 +126,7 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, kafka: Kafk
     validate_manifest(batch, manifest, cfg.kafka.expect_offset_gaps)
     faults.checkpoint("commit.before_transaction")
 
-    stats = dict(rows_in=manifest.rows_in, rows_out=manifest.rows_out, rows_rejected=manifest.rows_rejected,
+    stats = dict(committed_attempt=attempt, rows_in=manifest.rows_in, rows_out=manifest.rows_out, rows_rejected=manifest.rows_rejected,
                  bytes_in=manifest.bytes_in, job_seconds=manifest.job_seconds)
     range_stats = {TopicPartition(r.topic, r.partition): {"rows": r.rows, "rejected": r.rejected} for r in manifest.ranges}
     with ledger.lock(cfg.name) as conn:
@@ -131,7 +135,7 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, kafka: Kafk
     log.info("pipeline %s batch %d: committed, frontier advanced: %s", cfg.name, batch_id, batch.describe_ranges())
     faults.checkpoint("commit.after_transaction")
 
-    publish(layout, batch_id)
+    publish(layout, batch_id, attempt)
     ledger.mark_published(cfg.name, batch_id)
     log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)", cfg.name, batch_id,
              layout.data(batch_id), manifest.rows_out, manifest.rows_rejected)

@@ -86,7 +86,8 @@ def pipeline_dag(config: str | Path):
 
             ctx = get_current_context()
             planned = ctx["ti"].xcom_pull(task_ids="plan")
-            result = commit_step(load_config(cfg_path), planned["batch_id"])
+            attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
+            result = commit_step(load_config(cfg_path), planned["batch_id"], attempt)
             ctx["outlet_events"][asset].extra = result
             return result
 

@@ -66,6 +66,17 @@ def fair_share(demand: dict[TopicPartition, int], budget: int) -> dict[TopicPart
     return grant
 
 
+def check_vanished(pipeline: str, frontier: dict[TopicPartition, int], present: set[TopicPartition]) -> None:
+    """Fail, naming them, if partitions the ledger tracks are gone from Kafka."""
+    vanished = sorted(tp for tp in frontier if tp not in present)
+    if vanished:
+        listing = ", ".join(f"{tp} (frontier {frontier[tp]})" for tp in vanished)
+        raise PartitionVanishedError(
+            f"pipeline {pipeline}: partition(s) {listing} are in the ledger but no longer exist in Kafka. Nothing was "
+            f"planned. If the topic was deleted or recreated on purpose, move the frontier with 'offsetbatch reset'."
+        )
+
+
 def plan_ranges(
     pipeline: str,
     frontier: dict[TopicPartition, int],
@@ -78,13 +89,7 @@ def plan_ranges(
     partition and per batch; plus the gaps retention left, when the pipeline skips them.
 
     Raises ``DataLossError`` (fail policy) or ``PartitionVanishedError``; nothing is partial."""
-    vanished = sorted(tp for tp in frontier if tp not in offsets)
-    if vanished:
-        listing = ", ".join(f"{tp} (frontier {frontier[tp]})" for tp in vanished)
-        raise PartitionVanishedError(
-            f"pipeline {pipeline}: partition(s) {listing} are in the ledger but no longer exist in Kafka. Nothing was "
-            f"planned. If the topic was deleted or recreated on purpose, move the frontier with 'offsetbatch reset'."
-        )
+    check_vanished(pipeline, frontier, set(offsets))
     gaps: list[Gap] = []
     starts: dict[TopicPartition, int] = {}
     demand: dict[TopicPartition, int] = {}
@@ -152,6 +157,7 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
                     f"planned. Create them, or fix 'kafka.topics' in {cfg.source_file}."
                 )
         frontier = ledger.frontier(conn, name)
+        check_vanished(name, frontier, current)
         new = current - set(frontier)
         starts = _start_offsets(cfg, kafka, new)
         if starts:

@@ -61,12 +61,12 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: dat
         ledger.dispose()
 
 
-def commit_step(cfg: PipelineConfig, batch_id: int) -> dict:
+def commit_step(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
     """Commit a batch whose Spark job finished; returns the stats for the Asset event."""
     ledger = Ledger.for_config(cfg)
     try:
         with _kafka(cfg) as kafka:
-            result = commit_batch(cfg, ledger, batch_id, kafka)
+            result = commit_batch(cfg, ledger, batch_id, attempt, kafka)
         return {"pipeline": cfg.name, "batch_id": batch_id, "outcome": result.outcome,
                 **{k: v for k, v in result.stats.items() if isinstance(v, (int, float, str)) or v is None}}
     finally:

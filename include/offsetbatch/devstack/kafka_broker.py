@@ -120,7 +120,9 @@ class KafkaBroker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            # Retention tests shrink retention per topic; let the cleaner notice within seconds.
+            # Keep records of any age (tests and demos produce back-dated timestamps); retention tests
+            # delete records explicitly, and the cleaner notices within a second.
+            "log.retention.ms": "-1",
             "log.retention.check.interval.ms": "1000",
             "log.segment.delete.delay.ms": "0",
             "delete.topic.enable": "true",
@@ -143,9 +145,11 @@ class KafkaBroker:
     def _format_storage(self, cfg: Path) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid does: an id must not look like an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(cfg)),
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(cfg)),
             capture_output=True, text=True,
         )
         if result.returncode != 0:

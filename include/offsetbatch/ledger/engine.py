@@ -97,13 +97,17 @@ def pipeline_lock(engine: sa.Engine, pipeline: str, timeout_s: float = LOCK_TIME
     _ensure_pipeline_row(engine, pipeline)
     t0 = time.monotonic()
     try:
-        with engine.begin() as conn:
-            if engine.dialect.name == "postgresql":
-                _pg_lock(conn, pipeline, timeout_s)
-            waited = time.monotonic() - t0
-            if waited > 1:
-                log.info("pipeline %s: got the ledger lock after waiting %.1fs for another run", pipeline, waited)
-            yield conn
+        with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":
+                # Before BEGIN IMMEDIATE: how long to wait for another writer (raw connection, no autobegin).
+                conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            with conn.begin():
+                if engine.dialect.name == "postgresql":
+                    _pg_lock(conn, pipeline, timeout_s)
+                waited = time.monotonic() - t0
+                if waited > 1:
+                    log.info("pipeline %s: got the ledger lock after waiting %.1fs for another run", pipeline, waited)
+                yield conn
     except OperationalError as exc:
         if "locked" in str(exc).lower() or "lock timeout" in str(exc).lower():
             raise LedgerLockTimeout(

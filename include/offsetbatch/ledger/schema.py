@@ -31,6 +31,7 @@ batches = sa.Table(
     sa.Column("committed_at", sa.DateTime(timezone=True)),
     sa.Column("published_at", sa.DateTime(timezone=True)),
     sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("committed_attempt", sa.String(64)),
     sa.Column("rows_in", sa.BigInteger),
     sa.Column("rows_out", sa.BigInteger),
     sa.Column("rows_rejected", sa.BigInteger),

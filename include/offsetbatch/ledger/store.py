@@ -69,7 +69,7 @@ class Ledger:
         stats = {k: row._mapping[k] for k in ("rows_in", "rows_out", "rows_rejected", "bytes_in", "job_seconds",
                                               "commit_seconds", "attempts", "planned_at", "committed_at",
                                               "published_at", "data_interval_start", "data_interval_end",
-                                              "output_path")}
+                                              "output_path", "committed_attempt")}
         return Batch(row.pipeline, row.batch_id, row.kind, row.status,
                      self._ranges(conn, row.pipeline, row.batch_id), row.run_id, row.dag_id, stats)
 
@@ -132,13 +132,15 @@ class Ledger:
                                 .order_by(events.c.id.desc()).limit(limit)).all()
         return [dict(r._mapping) for r in rows]
 
-    def unpublished(self, pipeline: str) -> list[int]:
-        """Committed batches whose output has not been moved into the table yet (roll-forward)."""
+    def unpublished(self, pipeline: str) -> list[tuple[int, str]]:
+        """(batch id, committed attempt) of committed batches whose output is not in the table yet."""
         with self.reading() as conn:
-            return list(conn.execute(
-                sa.select(batches.c.batch_id).where(batches.c.pipeline == pipeline, batches.c.status == "committed",
-                                                    batches.c.published_at.is_(None)).order_by(batches.c.batch_id)
-            ).scalars())
+            rows = conn.execute(
+                sa.select(batches.c.batch_id, batches.c.committed_attempt)
+                .where(batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_(None))
+                .order_by(batches.c.batch_id)
+            ).all()
+        return [(r.batch_id, r.committed_attempt) for r in rows]
 
     # ---- writes (inside Ledger.lock) -----------------------------------------------------
 

@@ -1,9 +1,10 @@
 """``BatchSparkSubmitOperator``: spark-submit of one planned batch through the pipeline's Spark
 connection, with the cached Kafka connector jars.
 
-It takes the job spec from the plan task's XCom, and skips (so the commit is skipped too) when the
-plan is empty or the batch is already committed, which makes a cleared or retried run cheap and
-safe.
+It takes the job spec from the plan task's XCom, gives each execution its own attempt id (its own
+staging folder, returned as this task's XCom for the commit), and skips (so the commit is skipped
+too) when the plan is empty or the batch is already committed, which makes a cleared or retried run
+cheap and safe.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         self.config_path = config_path
         self.plan_task_id = plan_task_id
 
-    def execute(self, context: Any) -> None:
+    def execute(self, context: Any) -> str:
+        import uuid
+
         from airflow.exceptions import AirflowSkipException
 
         from offsetbatch.config import load_config
@@ -52,10 +55,28 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
             ledger.count_attempt(cfg.name, batch.batch_id)
         finally:
             ledger.dispose()
-        self.log.info("pipeline %s batch %d: submitting Spark job for %d records: %s", cfg.name,
-                      batch.batch_id, batch.records, batch.describe_ranges())
-        self.application_args = ["--spec", plan["spec"]]
+        attempt = f"{context['ti'].try_number}-{uuid.uuid4().hex[:12]}"
+        self.log.info("pipeline %s batch %d attempt %s: submitting Spark job for %d records: %s", cfg.name,
+                      batch.batch_id, attempt, batch.records, batch.describe_ranges())
+        self.application_args = ["--spec", plan["spec"], "--attempt", attempt]
         if not self.jars:
             self.jars = ",".join(spark_connector_jars())
         self.name = f"offsetbatch-{cfg.name}-batch-{batch.batch_id}"
-        super().execute(context)
+        try:
+            super().execute(context)
+        except Exception:
+            # Another run executing the same pending batch may have committed it meanwhile (and
+            # cleared this attempt's staging): then this attempt is redundant, not failed.
+            ledger = Ledger.for_config(cfg)
+            try:
+                won = ledger.get_batch(cfg.name, batch.batch_id)
+            finally:
+                ledger.dispose()
+            if won.status == "committed" and won.stats.get("committed_attempt") != attempt:
+                raise AirflowSkipException(
+                    f"pipeline {cfg.name} batch {batch.batch_id} was committed by attempt "
+                    f"{won.stats.get('committed_attempt')} (run {won.run_id}) while attempt {attempt} ran; "
+                    f"this attempt's output is discarded"
+                ) from None
+            raise
+        return attempt

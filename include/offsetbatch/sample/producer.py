@@ -34,6 +34,7 @@ class ProduceResult:
     valid_ids: set[str] = field(default_factory=set)
     malformed: list[tuple[int, int]] = field(default_factory=list)
     by_hour: dict[str, int] = field(default_factory=dict)
+    offsets: dict[tuple[int, int], str | None] = field(default_factory=dict)  # (partition, offset) -> id
 
     @property
     def total(self) -> int:
@@ -114,6 +115,7 @@ def produce(
         bar.update(task, completed=records)
     for partition, event_id, fut in futures:
         meta = fut.get(timeout=30)
+        result.offsets[(partition, meta.offset)] = event_id
         if event_id is None:
             result.malformed.append((partition, meta.offset))
         else:

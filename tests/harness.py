@@ -1,0 +1,131 @@
+"""A pipeline under test: its YAML config, a thin DAG file, its topic, ledger and table, and
+helpers to produce records and run real Airflow DAG runs (Spark via spark-submit, real broker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import yaml
+
+from offsetbatch import verify
+from offsetbatch.config import load_config
+from offsetbatch.ledger import Ledger
+from offsetbatch.sample.producer import ProduceResult, produce
+
+HELPER = Path(__file__).parent / "helpers" / "run_dag.py"
+SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE"
+
+
+@dataclass
+class RunOutcome:
+    ok: bool
+    output: str
+    run_after: datetime
+
+    def assert_failed_with(self, text: str) -> None:
+        assert not self.ok, "the run was expected to fail"
+        assert text in self.output, f"expected {text!r} in the run's output; tail:\n{self.output[-4000:]}"
+
+
+@dataclass
+class Pipeline:
+    name: str
+    topic: str
+    env: dict
+    root: Path
+    bootstrap: str
+    ledger_url: str
+    overrides: dict = field(default_factory=dict)
+    produced: dict[tuple[int, int], str | None] = field(default_factory=dict)
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.table = str(self.root / "table")
+        cfg = {
+            "name": self.name,
+            "kafka": {"conn_id": "kafka_default", "topics": [self.topic]},
+            "starting_policy": "earliest",
+            "value": {"format": "json", "schema": SCHEMA, "required": ["event_id", "kind", "event_time"]},
+            "transform": {"sql": "SELECT event_id, kind, user_id, event_time, kafka_partition, kafka_offset FROM records"},
+            "sink": {"path": self.table, "event_time_column": "event_time"},
+            "ledger": {"url": self.ledger_url},
+            "spark": {"conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"}},
+            "airflow": {"retries": 0},
+        }
+        for key, value in self.overrides.items():
+            cfg[key] = {**cfg[key], **value} if isinstance(cfg.get(key), dict) else value
+        self.config_path = self.root / f"{self.name}.yaml"
+        self.config_path.write_text(yaml.safe_dump(cfg))
+        dags = Path(self.env["AIRFLOW__CORE__DAGS_FOLDER"])
+        (dags / f"{self.name}.py").write_text(
+            "# Airflow DAG under test\nfrom offsetbatch.dag_factory import pipeline_dag\n\n"
+            f"dag = pipeline_dag({str(self.config_path)!r})\n"
+        )
+        self.cfg = load_config(self.config_path)
+        self.ledger = Ledger(self.ledger_url)
+
+    @property
+    def dag_id(self) -> str:
+        return self.cfg.dag_id
+
+    def produce(self, records: int, start: datetime, hours: int = 1, partitions: int = 2,
+                malformed_fraction: float = 0.02) -> ProduceResult:
+        result = produce(self.bootstrap, self.topic, records, partitions=partitions, start=start, hours=hours,
+                         malformed_fraction=malformed_fraction, seed=len(self.produced) + 1,
+                         id_prefix=f"{self.name}-{len(self.produced)}-", progress=False)
+        self.produced.update(result.offsets)
+        return result
+
+    def run(self, logical_date: datetime | None, run_after: datetime | None = None,
+            faults: str | None = None, cli: bool = False) -> RunOutcome:
+        """One DAG run. Same ``run_after`` (and logical date) = the same Airflow run, re-executed."""
+        self.runs += 1
+        run_after = run_after or datetime(2030, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=self.runs)
+        env = dict(self.env)
+        if faults:
+            env["OFFSETBATCH_FAULTS"] = faults
+        if cli:
+            cmd = ["airflow", "dags", "test", self.dag_id, logical_date.isoformat()]
+        else:
+            cmd = [sys.executable, str(HELPER), self.dag_id,
+                   logical_date.isoformat() if logical_date else "none", run_after.isoformat()]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        out = proc.stdout + proc.stderr
+        (self.root / "runs").mkdir(exist_ok=True)
+        (self.root / "runs" / f"{run_after:%Y%m%dT%H%M%S}-{logical_date and logical_date.isoformat()}.log").write_text(out)
+        ok = proc.returncode == 0 and "DagRunState.FAILED" not in out and "state=failed" not in out
+        return RunOutcome(ok, out, run_after)
+
+    def register(self) -> None:
+        """Serialize the DAG (and its Asset) into Airflow's metadata DB, as a running dag-processor
+        would have before any run; ``dags test`` otherwise does it on first use, racily."""
+        proc = subprocess.run(["airflow", "dags", "reserialize"], env=self.env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    def expected_ids(self, lost: set[tuple[int, int]] = frozenset()) -> set[str]:
+        return {i for po, i in self.produced.items() if i is not None and po not in lost}
+
+    def malformed(self, lost: set[tuple[int, int]] = frozenset()) -> list[tuple[int, int]]:
+        return [po for po, i in self.produced.items() if i is None and po not in lost]
+
+    def check(self, lost: set[tuple[int, int]] = frozenset()) -> verify.Report:
+        return verify.check(self.table, self.expected_ids(lost), self.malformed(lost), self.ledger, self.name)
+
+    def snapshot(self) -> dict:
+        """Everything a rerun must leave unchanged: ledger rows and published files."""
+        batches = [(b.batch_id, b.status, [str(r) for r in b.ranges], b.stats.get("rows_out"))
+                   for b in self.ledger.list_batches(self.name, 1000)]
+        files = sorted(str(p.relative_to(self.table)) for p in Path(self.table).rglob("*.parquet")
+                       if not str(p.relative_to(self.table)).startswith("_offsetbatch"))
+        return {"batches": batches, "frontier": self.ledger.frontier_rows(self.name), "files": files,
+                "gaps": self.ledger.list_gaps(self.name)}
+
+    def describe(self) -> str:
+        return json.dumps([(b.batch_id, b.status, b.describe_ranges()) for b in self.ledger.list_batches(self.name, 50)])

@@ -1,0 +1,117 @@
+"""A crash at each boundary of a batch, then a rerun: every record exactly once (DESIGN.md §3
+invariant 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
+
+Faults are injected with OFFSETBATCH_FAULTS (offsetbatch.faults); the Spark case SIGKILLs the
+driver while its first Parquet files are being written."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from offsetbatch.layout import TableLayout
+
+pytestmark = pytest.mark.integration
+BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
+H = timedelta(hours=1)
+
+
+def _committed_first_hour(p):
+    p.produce(1000, start=BASE, hours=2)
+    first = p.run(BASE + H)
+    assert first.ok, first.output[-4000:]
+    return p.snapshot()
+
+
+def _published(p, batch_id: int) -> bool:
+    return Path(TableLayout(p.table).data(batch_id)).exists()
+
+
+def test_crash_after_planning_then_rerun_of_the_same_run(make_pipeline):
+    p = make_pipeline()
+    _committed_first_hour(p)
+    crashed = p.run(BASE + 2 * H, faults="plan.after_commit")
+    crashed.assert_failed_with("injected fault at plan.after_commit")
+    pending = p.ledger.list_batches(p.name, 1)[0]
+    assert (pending.batch_id, pending.status) == (2, "planned")
+    assert not _published(p, 2)
+
+    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+    again = p.ledger.get_batch(p.name, 2)
+    assert again.status == "committed" and again.ranges == pending.ranges  # ranges never change after planning
+    report = p.check()
+    assert report.ok, report.summary()
+
+
+def test_spark_driver_killed_mid_write_then_rerun(make_pipeline):
+    p = make_pipeline()
+    _committed_first_hour(p)
+    crashed = p.run(BASE + 2 * H, faults="job.kill_during_write")
+    crashed.assert_failed_with("killing the Spark driver mid-write")
+    layout = TableLayout(p.table)
+    partial = list(Path(layout.staging(2)).rglob("part-*"))
+    assert partial, "the killed attempt left partial files in its staging folder"
+    assert not list(Path(layout.staging(2)).rglob("_manifest.json"))
+    assert p.ledger.get_batch(p.name, 2).status == "planned"
+    assert not _published(p, 2)
+    assert p.check().missing  # hour 2 is not visible yet
+
+    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+    report = p.check()
+    assert report.ok, report.summary()
+    assert not Path(layout.staging(2)).exists(), "the killed attempt's files were cleaned up"
+
+
+def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(make_pipeline):
+    p = make_pipeline()
+    _committed_first_hour(p)
+    crashed = p.run(BASE + 2 * H, faults="commit.before_transaction")
+    crashed.assert_failed_with("injected fault at commit.before_transaction")
+    pending = p.ledger.get_batch(p.name, 2)
+    assert pending.status == "planned" and not _published(p, 2)
+
+    p.produce(500, start=BASE + 2 * H, hours=1)
+    later = p.run(BASE + 3 * H)  # a different Airflow run: executes the pending batch first, unchanged
+    assert later.ok, later.output[-4000:]
+    assert "not committed; run" in later.output
+    done = p.ledger.get_batch(p.name, 2)
+    assert done.status == "committed" and done.ranges == pending.ranges and done.run_id == pending.run_id
+    nxt = p.run(BASE + 3 * H)  # then the next run reads the rest
+    assert nxt.ok, nxt.output[-4000:]
+    report = p.check()
+    assert report.ok, report.summary()
+
+
+def test_crash_inside_the_commit_transaction_rolls_back(make_pipeline):
+    p = make_pipeline()
+    before = _committed_first_hour(p)
+    crashed = p.run(BASE + 2 * H, faults="commit.in_transaction")
+    crashed.assert_failed_with("injected fault at commit.in_transaction")
+    assert p.ledger.get_batch(p.name, 2).status == "planned"
+    assert p.ledger.frontier_rows(p.name) == before["frontier"]  # the CAS update was rolled back
+    assert not _published(p, 2)
+
+    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+    report = p.check()
+    assert report.ok, report.summary()
+
+
+def test_crash_after_commit_before_publish_rolls_forward(make_pipeline):
+    p = make_pipeline()
+    _committed_first_hour(p)
+    crashed = p.run(BASE + 2 * H, faults="commit.after_transaction")
+    crashed.assert_failed_with("injected fault at commit.after_transaction")
+    batch = p.ledger.get_batch(p.name, 2)
+    assert batch.status == "committed" and batch.stats["published_at"] is None
+    assert not _published(p, 2)  # committed but not yet visible: readers never see a half state
+
+    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+    assert "was committed but not published; published it now" in rerun.output
+    report = p.check()
+    assert report.ok, report.summary()

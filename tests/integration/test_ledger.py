@@ -1,0 +1,140 @@
+"""The ledger on SQLite and on a real PostgreSQL: schema versioning, compare-and-set commits,
+the per-pipeline lock, and the planner's idempotence against the real broker."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import sqlalchemy as sa
+
+from offsetbatch.config import PipelineConfig
+from offsetbatch.kafka_source import KafkaSource
+from offsetbatch.ledger import Ledger, LedgerLockTimeout, StaleCommitError
+from offsetbatch.ledger.schema import LATEST, schema_version
+from offsetbatch.model import OffsetRange, TopicPartition
+from offsetbatch.planner import RunInfo, plan_for_run
+from offsetbatch.sample.producer import produce
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/ledger.db"
+    else:
+        url = request.getfixturevalue("postgres").create_database(f"ledger_{uuid.uuid4().hex[:8]}")
+    led = Ledger(url)
+    yield led
+    led.dispose()
+
+
+def _plan_one(ledger: Ledger, pipeline: str = "p", until: int = 100) -> None:
+    tp = TopicPartition("t", 0)
+    with ledger.lock(pipeline) as conn:
+        ledger.start_partitions(conn, pipeline, {tp: 0}, "earliest")
+        ledger.insert_batch(conn, pipeline, "incremental", [OffsetRange("t", 0, 0, until, frontier_before=0)],
+                            dag_id="d", run_id="r1", interval=(None, None), output_path="/x")
+
+
+def test_schema_is_versioned_and_migration_is_idempotent(ledger):
+    Ledger(ledger.url).dispose()  # a second migrator changes nothing
+    with ledger.engine.connect() as conn:
+        assert conn.execute(sa.select(schema_version.c.version)).scalars().all() == list(range(1, LATEST + 1))
+
+
+def test_commit_advances_the_frontier_by_compare_and_set(ledger):
+    _plan_one(ledger)
+    batch = ledger.get_batch("p", 1)
+    with ledger.lock("p") as conn:
+        ledger.commit_batch(conn, batch, {"rows_in": 100, "committed_attempt": "a"}, {TopicPartition("t", 0): {"rows": 100}})
+    assert ledger.frontier_now("p") == {TopicPartition("t", 0): 100}
+    assert ledger.get_batch("p", 1).status == "committed"
+
+
+def test_a_stale_commit_fails_clearly_and_changes_nothing(ledger):
+    _plan_one(ledger)
+    batch = ledger.get_batch("p", 1)
+    with ledger.engine.begin() as conn:  # someone else moved the frontier meanwhile
+        conn.execute(sa.text("UPDATE ob_frontier SET next_offset = 40 WHERE pipeline = 'p'"))
+    with pytest.raises(StaleCommitError, match=r"batch 1 was planned from offset 0 of t/0, but the frontier is now 40"):
+        with ledger.lock("p") as conn:
+            ledger.commit_batch(conn, batch, {"rows_in": 100}, {})
+    assert ledger.get_batch("p", 1).status == "planned"
+    assert ledger.frontier_now("p") == {TopicPartition("t", 0): 40}
+
+
+def test_the_pipeline_lock_serializes_and_times_out_with_a_clear_message(ledger):
+    ledger.frontier_now("p")
+    held, release = threading.Event(), threading.Event()
+
+    def holder():
+        with ledger.lock("p") as conn:
+            ledger.event(conn, "p", "holder")
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    held.wait(10)
+    with pytest.raises(LedgerLockTimeout, match="pipeline p: another run held the ledger lock"):
+        with ledger.lock("p", timeout_s=1) as conn:
+            pass
+    waited: list[float] = []
+
+    def waiter():
+        t0 = time.monotonic()
+        with ledger.lock("p") as conn:
+            waited.append(time.monotonic() - t0)
+            ledger.event(conn, "p", "waiter")
+
+    w = threading.Thread(target=waiter)
+    w.start()
+    time.sleep(0.5)
+    release.set()
+    t.join(10)
+    w.join(30)
+    assert waited and waited[0] >= 0.4
+    kinds = [e["kind"] for e in reversed(ledger.list_events("p"))]
+    assert kinds == ["holder", "waiter"]
+
+
+@pytest.fixture
+def topic(kafka_broker):
+    name = f"ledger-{uuid.uuid4().hex[:8]}"
+    produce(kafka_broker.bootstrap, name, 400, partitions=2, hours=1, malformed_fraction=0, progress=False)
+    return name
+
+
+def _cfg(topic: str, url: str) -> PipelineConfig:
+    return PipelineConfig(name="planner_test", kafka={"topics": [topic]}, sink={"path": "/tmp/unused"},
+                          ledger={"url": url}, caps={"max_records_per_partition": 150})
+
+
+def test_planning_is_idempotent_per_run_and_resumes_pending_batches(ledger, kafka_broker, topic):
+    cfg = _cfg(topic, ledger.url)
+    with KafkaSource(kafka_broker.bootstrap) as kafka:
+        first = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
+        again = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
+        other = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-2"), "/tmp/unused")
+    assert first.outcome == "new" and [str(r) for r in first.batch.ranges] == [f"{topic}/0[0,150)", f"{topic}/1[0,150)"]
+    assert again.outcome == "same_run" and again.batch.ranges == first.batch.ranges
+    assert other.outcome == "pending" and other.batch.batch_id == first.batch.batch_id
+
+
+def test_concurrent_planners_create_exactly_one_batch(ledger, kafka_broker, topic):
+    cfg = _cfg(topic, ledger.url)
+
+    def plan(i: int):
+        with KafkaSource(kafka_broker.bootstrap) as kafka:
+            return plan_for_run(cfg, ledger, kafka, RunInfo("d", f"run-{i}"), "/tmp/unused")
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(plan, range(8)))
+    assert sorted(r.outcome for r in results) == ["new"] + ["pending"] * 7
+    assert {r.batch.batch_id for r in results} == {1}
+    assert len(ledger.list_batches(cfg.name)) == 1

@@ -1,0 +1,78 @@
+"""The commit's manifest checks and the publish step's crash-safety, on a local folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from offsetbatch.commit import publish, validate_manifest
+from offsetbatch.errors import ManifestError
+from offsetbatch.jobspec import Manifest, RangeReport
+from offsetbatch.layout import TableLayout
+from offsetbatch.model import Batch, OffsetRange
+
+
+def _batch() -> Batch:
+    return Batch("p", 3, "incremental", "planned", [OffsetRange("t", 0, 100, 200, 100), OffsetRange("t", 1, 0, 50, 0)])
+
+
+def _manifest(**override) -> Manifest:
+    ranges = [RangeReport("t", 0, 100, 200, 100, 2, 100, 199, 1000), RangeReport("t", 1, 0, 50, 50, 0, 0, 49, 500)]
+    m = Manifest("p", 3, ranges, 150, 148, 2, 1500, [], [], 1.0, "4.3.0")
+    for k, v in override.items():
+        setattr(m, k, v)
+    return m
+
+
+def test_a_reconciled_manifest_passes():
+    validate_manifest(_batch(), _manifest(), expect_offset_gaps=False)
+
+
+def test_fewer_records_than_offsets_fails_on_plain_topics_only():
+    short = _manifest(ranges=[RangeReport("t", 0, 100, 200, 90, 0, 100, 199, 900), RangeReport("t", 1, 0, 50, 50, 0, 0, 49, 500)], rows_in=140)
+    with pytest.raises(ManifestError, match=r"t/0\[100,200\) holds 100 offsets but the job read 90 records"):
+        validate_manifest(_batch(), short, expect_offset_gaps=False)
+    validate_manifest(_batch(), short, expect_offset_gaps=True)
+
+
+def test_offsets_outside_the_plan_fail():
+    bad = _manifest(ranges=[RangeReport("t", 0, 100, 200, 100, 0, 99, 198, 1), RangeReport("t", 1, 0, 50, 50, 0, 0, 49, 1)])
+    with pytest.raises(ManifestError, match="offsets 99..198 of t/0 lie outside"):
+        validate_manifest(_batch(), bad, expect_offset_gaps=False)
+
+
+def test_a_missing_partition_fails():
+    with pytest.raises(ManifestError, match="the manifest covers partitions"):
+        validate_manifest(_batch(), _manifest(ranges=_manifest().ranges[:1], rows_in=100), expect_offset_gaps=False)
+
+
+def _stage(layout: TableLayout, attempt: str, content: str) -> None:
+    for sub in ("data", "rejected"):
+        d = Path(layout.attempt(3, attempt)) / sub
+        d.mkdir(parents=True)
+        (d / "part-0.parquet").write_text(content)
+    Path(layout.staging_manifest(3, attempt)).write_text("{}")
+
+
+def test_publish_replaces_earlier_output_and_is_idempotent(tmp_path):
+    layout = TableLayout(str(tmp_path / "table"))
+    _stage(layout, "a1", "old")
+    publish(layout, 3, "a1")
+    _stage(layout, "a2", "new")
+    _stage(layout, "a3", "loser")  # a concurrent attempt: discarded
+    publish(layout, 3, "a2")
+    publish(layout, 3, "a2")  # a crash-and-rerun of publish changes nothing
+    assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "new"
+    assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "new"
+    assert not Path(layout.staging(3)).exists() and not Path(layout.meta, "trash").exists()
+
+
+def test_publish_finishes_after_a_crash_between_its_moves(tmp_path):
+    layout = TableLayout(str(tmp_path / "table"))
+    _stage(layout, "a1", "v1")
+    Path(layout.data(3)).parent.mkdir(parents=True, exist_ok=True)
+    Path(layout.staging_data(3, "a1")).rename(layout.data(3))  # crash after the first rename
+    publish(layout, 3, "a1")
+    assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "v1"
+    assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "v1"
