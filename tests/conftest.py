@@ -21,6 +21,7 @@ TEST_KAFKA_PORT = 19092
 TEST_PG_PORT = 55432
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
+logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the stream
 
 
 @pytest.fixture(scope="session")

@@ -46,9 +46,12 @@ def test_crash_after_planning_then_rerun_of_the_same_run(make_pipeline):
     assert report.ok, report.summary()
 
 
-def test_spark_driver_killed_mid_write_then_rerun(make_pipeline):
+def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
+    from offsetbatch.output import read_committed
+
     p = make_pipeline()
     _committed_first_hour(p)
+    committed_ids = {r.event_id for r in read_committed(spark, p.table).select("event_id").collect()}
     crashed = p.run(BASE + 2 * H, faults="job.kill_during_write")
     crashed.assert_failed_with("killing the Spark driver mid-write")
     layout = TableLayout(p.table)
@@ -58,6 +61,9 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline):
     assert p.ledger.get_batch(p.name, 2).status == "planned"
     assert not _published(p, 2)
     assert p.check().missing  # hour 2 is not visible yet
+    # Plain Spark reads of the table see batch 1 only, not the killed attempt's partial files.
+    visible = read_committed(spark, p.table).select("event_id", "batch_id").collect()
+    assert {r.event_id for r in visible} == committed_ids and {r.batch_id for r in visible} == {1}
 
     rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
     assert rerun.ok, rerun.output[-4000:]

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from offsetbatch import verify
+from offsetbatch.kafka_source import KafkaSource
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -31,6 +32,9 @@ def test_hourly_runs_land_every_record_exactly_once(make_pipeline):
     assert report.ok, report.summary()
     assert report.rejected_found == len(produced.malformed) > 0
     assert verify.output_batches(p.table) == Counter({b.batch_id: b.stats["rows_out"] for b in batches})
+    # Progress is published to the pipeline's consumer group, readable by standard lag tools.
+    with KafkaSource(p.bootstrap) as kafka:
+        assert kafka.group_offsets(p.cfg.group_id) == p.ledger.frontier_now(p.name)
 
 
 def test_clearing_a_committed_run_changes_nothing(make_pipeline):
