@@ -89,15 +89,19 @@ def publish(layout: TableLayout, batch_id: int, attempt: str) -> None:
     storage.remove(f"{layout.meta}/trash")
 
 
-def publish_pending(cfg: PipelineConfig, ledger: Ledger) -> list[int]:
-    """Roll forward committed batches whose output was not published (crash after the transaction)."""
+def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = None) -> list[int]:
+    """Publish committed batches whose output is not in the table yet: ``current`` (just
+    committed) and any a crash left behind after its transaction (rolled forward). Under the
+    pipeline lock, so two tasks never rename the same files at once."""
     done = []
     layout = TableLayout(cfg.sink.path)
-    for batch_id, attempt in ledger.unpublished(cfg.name):
-        publish(layout, batch_id, attempt)
-        ledger.mark_published(cfg.name, batch_id)
-        log.warning("pipeline %s batch %d: was committed but not published; published it now", cfg.name, batch_id)
-        done.append(batch_id)
+    with ledger.lock(cfg.name) as conn:
+        for batch_id, attempt in ledger.unpublished(conn, cfg.name):
+            publish(layout, batch_id, attempt)
+            ledger.mark_published(conn, cfg.name, batch_id)
+            if batch_id != current:
+                log.warning("pipeline %s batch %d: was committed but not published; published it now", cfg.name, batch_id)
+            done.append(batch_id)
     return done
 
 
@@ -135,8 +139,7 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     log.info("pipeline %s batch %d: committed, frontier advanced: %s", cfg.name, batch_id, batch.describe_ranges())
     faults.checkpoint("commit.after_transaction")
 
-    publish(layout, batch_id, attempt)
-    ledger.mark_published(cfg.name, batch_id)
+    publish_pending(cfg, ledger, current=batch_id)
     log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)", cfg.name, batch_id,
              layout.data(batch_id), manifest.rows_out, manifest.rows_rejected)
     if kafka is not None:

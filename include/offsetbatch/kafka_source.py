@@ -103,6 +103,32 @@ class KafkaSource:
         """First offset with timestamp >= ``timestamp_ms``, else the log end."""
         return {tp: po.cut for tp, po in self.offsets(tps, timestamp_ms).items()}
 
+    def timestamps_at(self, positions: dict[TopicPartition, int], timeout_s: float = 10.0) -> dict[TopicPartition, int]:
+        """Record timestamp (ms) at each given offset, fetched in one consumer pass; partitions
+        whose offset is at the log end are left out."""
+        from kafka import KafkaConsumer
+
+        if not positions:
+            return {}
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+                                 max_poll_records=500, client_id="offsetbatch-status")
+        try:
+            ktps = {KafkaTP(tp.topic, tp.partition): tp for tp in positions}
+            consumer.assign(list(ktps))
+            for ktp, tp in ktps.items():
+                consumer.seek(ktp, positions[tp])
+            found: dict[TopicPartition, int] = {}
+            deadline = time.monotonic() + timeout_s
+            while len(found) < len(ktps) and time.monotonic() < deadline:
+                for ktp, records in consumer.poll(timeout_ms=500).items():
+                    tp = ktps[ktp]
+                    if tp not in found and records:
+                        found[tp] = records[0].timestamp
+                        consumer.pause(ktp)
+            return found
+        finally:
+            consumer.close()
+
     def _retry(self, what: str, call, timeout_s: float = 30.0):
         """Retry retriable errors (the group coordinator is created on first use)."""
         deadline = time.monotonic() + timeout_s

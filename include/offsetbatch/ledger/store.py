@@ -132,14 +132,14 @@ class Ledger:
                                 .order_by(events.c.id.desc()).limit(limit)).all()
         return [dict(r._mapping) for r in rows]
 
-    def unpublished(self, pipeline: str) -> list[tuple[int, str]]:
+    @staticmethod
+    def unpublished(conn: sa.Connection, pipeline: str) -> list[tuple[int, str]]:
         """(batch id, committed attempt) of committed batches whose output is not in the table yet."""
-        with self.reading() as conn:
-            rows = conn.execute(
-                sa.select(batches.c.batch_id, batches.c.committed_attempt)
-                .where(batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_(None))
-                .order_by(batches.c.batch_id)
-            ).all()
+        rows = conn.execute(
+            sa.select(batches.c.batch_id, batches.c.committed_attempt)
+            .where(batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_(None))
+            .order_by(batches.c.batch_id)
+        ).all()
         return [(r.batch_id, r.committed_attempt) for r in rows]
 
     # ---- writes (inside Ledger.lock) -----------------------------------------------------
@@ -243,7 +243,7 @@ class Ledger:
             conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
                          .values(attempts=batches.c.attempts + 1))
 
-    def mark_published(self, pipeline: str, batch_id: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
-                         .values(published_at=eng.now()))
+    @staticmethod
+    def mark_published(conn: sa.Connection, pipeline: str, batch_id: int) -> None:
+        conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+                     .values(published_at=eng.now()))

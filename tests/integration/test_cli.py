@@ -1,0 +1,63 @@
+"""The operator CLI against a real pipeline: figures match the broker and the ledger; exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from offsetbatch.kafka_source import KafkaSource
+
+pytestmark = pytest.mark.integration
+BASE = datetime(2026, 11, 4, tzinfo=timezone.utc)
+
+
+def _cli(p, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["offsetbatch", "--pipelines", str(p.root), *args], env=p.env, capture_output=True, text=True, timeout=120)
+
+
+def test_status_and_batch_figures_match_broker_and_ledger(make_pipeline):
+    p = make_pipeline()
+    p.produce(800, start=BASE, hours=1, partitions=2)
+    assert p.run(BASE + timedelta(hours=1)).ok
+    lagging = p.produce(300, start=BASE + timedelta(hours=5), hours=1, partitions=2)  # not read yet
+
+    res = _cli(p, "--json", "status", p.name)
+    assert res.returncode == 0, res.stderr
+    [st] = json.loads(res.stdout)
+    frontier = p.ledger.frontier_now(p.name)
+    with KafkaSource(p.bootstrap) as kafka:
+        ends = {tp: po.latest for tp, po in kafka.offsets(list(frontier)).items()}
+    got = {(x["topic"], x["partition"]): x for x in st["partitions"]}
+    assert len(got) == 2
+    for tp, offset in frontier.items():
+        row = got[(tp.topic, tp.partition)]
+        assert (row["frontier"], row["log_end"], row["lag_records"]) == (offset, ends[tp], ends[tp] - offset)
+        # Oldest unread record was produced with a timestamp of BASE+5h (first of each partition's new records).
+        expected_age = time.time() - (BASE + timedelta(hours=5)).timestamp()
+        assert abs(row["lag_seconds"] - expected_age) < 120
+    assert st["lag_records"] == lagging.total
+    assert [b["batch_id"] for b in st["batches"]] == [1] and st["batches"][0]["status"] == "committed"
+
+    res = _cli(p, "--json", "batch", p.name, "1")
+    assert res.returncode == 0, res.stderr
+    batch = json.loads(res.stdout)
+    ledger_batch = p.ledger.get_batch(p.name, 1)
+    assert batch["ranges"] == [r.to_dict() for r in ledger_batch.ranges]
+    assert batch["rows_out"] == ledger_batch.stats["rows_out"] and batch["output"]["data"].endswith("/batch_id=1")
+
+    human = _cli(p, "status", p.name)
+    assert human.returncode == 0 and f"{p.topic}/0" in human.stdout
+
+
+def test_exit_codes(make_pipeline):
+    p = make_pipeline()
+    assert _cli(p, "batch", p.name, "42").returncode == 3
+    assert _cli(p, "status", "no_such_pipeline").returncode == 3
+    assert _cli(p, "frobnicate").returncode == 2
+    (p.root / "broken.yaml").write_text("name: broken\n")
+    res = _cli(p, "status")
+    assert res.returncode == 2 and "broken.yaml" in res.stderr and "field 'kafka'" in res.stderr
