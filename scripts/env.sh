@@ -18,10 +18,17 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CON
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
 export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-INFO}"
 
-# Connections, given as JSON (DESIGN.md §8: a missing spark_default means master 'yarn').
-export AIRFLOW_CONN_KAFKA_DEFAULT="${AIRFLOW_CONN_KAFKA_DEFAULT:-{\"conn_type\":\"kafka\",\"extra\":{\"bootstrap.servers\":\"127.0.0.1:$KAFKA_PORT\"}}}"
-export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":\"spark\",\"host\":\"local[*]\",\"extra\":{\"deploy-mode\":\"client\"}}}"
-export AIRFLOW_CONN_OFFSETBATCH_LEDGER="${AIRFLOW_CONN_OFFSETBATCH_LEDGER:-{\"conn_type\":\"sqlite\",\"host\":\"$OFFSETBATCH_HOME/ledger.db\"}}"
+# Connections, given as JSON (DESIGN.md §8: a missing spark_default means master 'yarn'). Plain
+# `if` blocks: a JSON default inside ${VAR:-...} would gain a stray '}' when sourced twice.
+if [ -z "${AIRFLOW_CONN_KAFKA_DEFAULT:-}" ]; then
+  export AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type":"kafka","extra":{"bootstrap.servers":"127.0.0.1:'"$KAFKA_PORT"'"}}'
+fi
+if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
+  export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type":"spark","host":"local[*]","extra":{"deploy-mode":"client"}}'
+fi
+if [ -z "${AIRFLOW_CONN_OFFSETBATCH_LEDGER:-}" ]; then
+  export AIRFLOW_CONN_OFFSETBATCH_LEDGER='{"conn_type":"sqlite","host":"'"$OFFSETBATCH_HOME"'/ledger.db"}'
+fi
 
 # Spark: the driver binds to loopback only, and workers use this venv's Python.
 export SPARK_LOCAL_IP=127.0.0.1

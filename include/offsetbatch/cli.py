@@ -16,13 +16,13 @@ import json
 import sys
 
 from rich.console import Console
-from rich.table import Table
 
+from offsetbatch import report
 from offsetbatch.config import PIPELINES_DIR, ConfigError, PipelineConfig, load_all
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
 from offsetbatch.layout import TableLayout
 from offsetbatch.ledger import Ledger, LedgerError
-from offsetbatch.status import PipelineStatus, batch_dict, pipeline_status
+from offsetbatch.status import batch_dict, pipeline_status
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
 
@@ -39,31 +39,6 @@ def _configs(args) -> dict[str, PipelineConfig]:
             raise NotFound(f"no pipeline '{name}' in {args.pipelines} (have: {', '.join(sorted(configs)) or 'none'})")
         return {name: configs[name]}
     return configs
-
-
-def _status_table(st: PipelineStatus) -> Table:
-    t = Table(title=f"{st.pipeline} ({st.dag_id})" + (f"  [red]Kafka: {st.kafka_error}[/]" if st.kafka_error else ""),
-              title_justify="left")
-    for col in ("topic/partition", "frontier", "log end", "lag (records)", "lag (time)", "last batch"):
-        t.add_column(col, justify="left" if col == "topic/partition" else "right")
-    for p in st.partitions:
-        lag_time = "" if p.lag_seconds is None else f"{p.lag_seconds:.0f}s"
-        style = "yellow" if p.lag_records else None
-        t.add_row(f"{p.topic}/{p.partition}", str(p.frontier), "?" if p.log_end is None else str(p.log_end),
-                  "?" if p.lag_records is None else str(p.lag_records), lag_time, str(p.last_batch or ""), style=style)
-    return t
-
-
-def _batches_table(title: str, batches: list[dict]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in ("batch", "kind", "status", "airflow run", "partitions", "records", "rows out", "rejected", "job s", "committed at"):
-        t.add_column(col, justify="left" if col in ("kind", "status", "airflow run", "committed at") else "right")
-    for b in batches:
-        t.add_row(str(b["batch_id"]), b["kind"], b["status"], b["run_id"] or "", str(len(b["ranges"])), str(b["records"]),
-                  "" if b.get("rows_out") is None else str(b["rows_out"]),
-                  "" if b.get("rows_rejected") is None else str(b["rows_rejected"]),
-                  "" if b.get("job_seconds") is None else f"{b['job_seconds']:.1f}", b.get("committed_at") or "")
-    return t
 
 
 def cmd_status(args, out: Console) -> int:
@@ -92,8 +67,8 @@ def cmd_status(args, out: Console) -> int:
         print(json.dumps([s.to_dict() for s in statuses], indent=1, default=str))
     else:
         for st in statuses:
-            out.print(_status_table(st))
-            out.print(_batches_table(f"{st.pipeline}: last {args.batches} batches", st.batches))
+            out.print(report.status_table(st))
+            out.print(report.batches_table(f"{st.pipeline}: last {args.batches} batches", st.batches))
     return EXIT_UNREACHABLE if unreachable else EXIT_OK
 
 
@@ -107,7 +82,7 @@ def cmd_batches(args, out: Console) -> int:
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
-        out.print(_batches_table(f"{cfg.name}: last {args.limit} batches", rows))
+        out.print(report.batches_table(f"{cfg.name}: last {args.limit} batches", rows))
     return EXIT_OK
 
 
@@ -127,14 +102,8 @@ def cmd_batch(args, out: Console) -> int:
     if args.json:
         print(json.dumps(b, indent=1, default=str))
         return EXIT_OK
-    out.print(_batches_table(f"{cfg.name}: batch {args.batch_id}", [b]))
-    t = Table(title="ranges [from, until)", title_justify="left")
-    for col in ("topic/partition", "from", "until", "records"):
-        t.add_column(col, justify="left" if col == "topic/partition" else "right")
-    for r in b["ranges"]:
-        t.add_row(f"{r['topic']}/{r['partition']}", str(r["from_offset"]), str(r["until_offset"]),
-                  str(r["until_offset"] - r["from_offset"]))
-    out.print(t)
+    out.print(report.batches_table(f"{cfg.name}: batch {args.batch_id}", [b]))
+    out.print(report.ranges_table("ranges [from, until)", [b]))
     for k, v in b["output"].items():
         out.print(f"{k}: {v}")
     return EXIT_OK

@@ -17,7 +17,7 @@ from pathlib import Path
 from kafka import KafkaAdminClient
 from rich.console import Console
 
-from offsetbatch import report, storage
+from offsetbatch import report, storage, verify
 from offsetbatch.config import load_config
 from offsetbatch.dag_factory import _config_path
 from offsetbatch.devstack.kafka_broker import KafkaBroker
@@ -26,7 +26,7 @@ from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import batches, events, frontier, gaps, ranges
 from offsetbatch.paths import local_dir
 from offsetbatch.sample.producer import produce
-from offsetbatch import verify
+from offsetbatch.status import pipeline_status
 
 console = Console(width=max(Console().width, 120))
 HOURS = 3
@@ -85,9 +85,10 @@ def main() -> int:
 
     console.print("[bold]4.[/] Ledger")
     with KafkaSource(broker.bootstrap) as kafka:
-        console.print(report.batches_table(ledger, cfg.name))
-        console.print(report.ranges_table(ledger, cfg.name, HOURS))
-        console.print(report.frontier_table(ledger, cfg.name, kafka))
+        st = pipeline_status(cfg, ledger, kafka, batches=HOURS)
+    console.print(report.batches_table(f"{cfg.name}: batches", st.batches))
+    console.print(report.ranges_table(f"{cfg.name}: ranges [from, until)", list(reversed(st.batches))))
+    console.print(report.status_table(st))
     per_batch = verify.output_batches(cfg.sink.path)
     console.print(f"   output rows per batch in {cfg.sink.path}: " + ", ".join(f"batch {k}: {v}" for k, v in sorted(per_batch.items())))
 

@@ -1,49 +1,46 @@
-"""Rich tables of a pipeline's ledger state for the CLI and the demo: batches, ranges, frontier and lag."""
+"""Rich tables of a pipeline's state, for the CLI and the demo. They render the structures of
+``offsetbatch.status`` (the same ones ``--json`` prints), so tables and JSON never disagree."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
-from offsetbatch.kafka_source import KafkaSource
-from offsetbatch.ledger import Ledger
-from offsetbatch.model import TopicPartition
+from offsetbatch.status import PipelineStatus
 
 
-def batches_table(ledger: Ledger, pipeline: str, limit: int = 20) -> Table:
-    t = Table(title=f"{pipeline}: last {limit} batches", title_justify="left")
-    for col in ("batch", "kind", "status", "airflow run", "partitions", "records", "rows out", "rejected", "job s"):
-        t.add_column(col, justify="left" if col in ("kind", "status", "airflow run") else "right")
-    for b in ledger.list_batches(pipeline, limit):
-        s = b.stats
-        t.add_row(str(b.batch_id), b.kind, b.status, b.run_id or "", str(len(b.ranges)), str(b.records),
-                  str(s.get("rows_out") if s.get("rows_out") is not None else ""),
-                  str(s.get("rows_rejected") if s.get("rows_rejected") is not None else ""),
-                  f"{s['job_seconds']:.1f}" if s.get("job_seconds") else "")
+def status_table(st: PipelineStatus) -> Table:
+    """Per partition: frontier vs log end, lag in records and time; lagging rows in yellow."""
+    title = f"{st.pipeline} ({st.dag_id})" + (f"  [red]Kafka: {st.kafka_error}[/]" if st.kafka_error else "")
+    t = Table(title=title, title_justify="left")
+    for col in ("topic/partition", "start", "frontier", "log end", "lag (records)", "lag (time)", "last batch"):
+        t.add_column(col, justify="left" if col == "topic/partition" else "right")
+    for p in st.partitions:
+        t.add_row(f"{p.topic}/{p.partition}", str(p.start_offset), str(p.frontier),
+                  "?" if p.log_end is None else str(p.log_end), "?" if p.lag_records is None else str(p.lag_records),
+                  "" if p.lag_seconds is None else f"{p.lag_seconds:.0f}s", str(p.last_batch or ""),
+                  style="yellow" if p.lag_records else None)
     return t
 
 
-def ranges_table(ledger: Ledger, pipeline: str, limit: int = 5) -> Table:
-    t = Table(title=f"{pipeline}: ranges of the last {limit} batches", title_justify="left")
+def batches_table(title: str, batches: list[dict]) -> Table:
+    """Batches as given by ``status.batch_dict``."""
+    t = Table(title=title, title_justify="left")
+    for col in ("batch", "kind", "status", "airflow run", "partitions", "records", "rows out", "rejected", "job s", "committed at"):
+        t.add_column(col, justify="left" if col in ("kind", "status", "airflow run", "committed at") else "right")
+    for b in batches:
+        t.add_row(str(b["batch_id"]), b["kind"], b["status"], b["run_id"] or "", str(len(b["ranges"])), str(b["records"]),
+                  "" if b.get("rows_out") is None else str(b["rows_out"]),
+                  "" if b.get("rows_rejected") is None else str(b["rows_rejected"]),
+                  "" if b.get("job_seconds") is None else f"{b['job_seconds']:.1f}", (b.get("committed_at") or "")[:19])
+    return t
+
+
+def ranges_table(title: str, batches: list[dict]) -> Table:
+    t = Table(title=title, title_justify="left")
     for col in ("batch", "topic/partition", "from", "until", "records"):
         t.add_column(col, justify="left" if col == "topic/partition" else "right")
-    for b in reversed(ledger.list_batches(pipeline, limit)):
-        for r in b.ranges:
-            t.add_row(str(b.batch_id), f"{r.topic}/{r.partition}", str(r.from_offset), str(r.until_offset), str(r.size))
-    return t
-
-
-def frontier_table(ledger: Ledger, pipeline: str, kafka: KafkaSource | None = None) -> Table:
-    rows = ledger.frontier_rows(pipeline)
-    ends = {}
-    if kafka is not None and rows:
-        tps = [TopicPartition(r["topic"], r["partition"]) for r in rows]
-        ends = {tp: po.latest for tp, po in kafka.offsets(tps).items()}
-    t = Table(title=f"{pipeline}: frontier and lag", title_justify="left")
-    for col in ("topic/partition", "start", "frontier", "log end", "lag (records)", "last batch"):
-        t.add_column(col, justify="left" if col == "topic/partition" else "right")
-    for r in rows:
-        end = ends.get(TopicPartition(r["topic"], r["partition"]))
-        t.add_row(f"{r['topic']}/{r['partition']}", str(r["start_offset"]), str(r["next_offset"]),
-                  "" if end is None else str(end), "" if end is None else str(end - r["next_offset"]),
-                  str(r["batch_id"] or ""))
+    for b in batches:
+        for r in b["ranges"]:
+            t.add_row(str(b["batch_id"]), f"{r['topic']}/{r['partition']}", str(r["from_offset"]),
+                      str(r["until_offset"]), str(r["until_offset"] - r["from_offset"]))
     return t
