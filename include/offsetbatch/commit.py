@@ -114,9 +114,13 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     batch = ledger.get_batch(cfg.name, batch_id)
     layout = TableLayout(cfg.sink.path)
     if batch.status == "committed":
-        storage.remove(layout.attempt(batch_id, attempt))  # a redundant re-execution's output
-        log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
-                 cfg.name, batch_id, batch.stats.get("committed_attempt"), attempt)
+        winner = batch.stats.get("committed_attempt")
+        if winner == attempt:  # this task's own earlier try committed it (and published it above)
+            log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name, batch_id, attempt)
+        else:
+            storage.remove(layout.attempt(batch_id, attempt))  # a redundant re-execution's output
+            log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
+                     cfg.name, batch_id, winner, attempt)
         return CommitResult(batch_id, "already_committed", batch.stats)
     if batch.status != "planned":
         raise ManifestError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be committed")
@@ -130,8 +134,8 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     validate_manifest(batch, manifest, cfg.kafka.expect_offset_gaps)
     faults.checkpoint("commit.before_transaction")
 
-    stats = dict(committed_attempt=attempt, rows_in=manifest.rows_in, rows_out=manifest.rows_out, rows_rejected=manifest.rows_rejected,
-                 bytes_in=manifest.bytes_in, job_seconds=manifest.job_seconds)
+    stats = dict(committed_attempt=attempt, rows_in=manifest.rows_in, rows_out=manifest.rows_out,
+                 rows_rejected=manifest.rows_rejected, bytes_in=manifest.bytes_in, job_seconds=manifest.job_seconds)
     range_stats = {TopicPartition(r.topic, r.partition): {"rows": r.rows, "rejected": r.rejected} for r in manifest.ranges}
     with ledger.lock(cfg.name) as conn:
         ledger.commit_batch(conn, batch, {**stats, "commit_seconds": round(time.monotonic() - t0, 3)}, range_stats)
