@@ -4,7 +4,6 @@ helpers to produce records and run real Airflow DAG runs (Spark via spark-submit
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field

@@ -92,16 +92,18 @@ class KafkaSource:
         ktps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
         earliest = self._list({tp: OffsetSpec.EARLIEST for tp in ktps})
         latest = self._list({tp: OffsetSpec.LATEST for tp in ktps})
-        cuts: dict[TopicPartition, int] = {}
-        if cut_timestamp_ms is not None:
-            found = self._list({tp: OffsetTimestamp(cut_timestamp_ms) for tp in ktps})
-            # -1 / None: no record at or after that time yet -> the log end.
-            cuts = {tp: (o if o is not None and o >= 0 else latest[tp]) for tp, o in found.items()}
+        cuts = self._time_cut(ktps, cut_timestamp_ms, latest) if cut_timestamp_ms is not None else {}
         return {tp: PartitionOffsets(earliest[tp], latest[tp], cuts.get(tp)) for tp in earliest}
 
+    def _time_cut(self, ktps: list[KafkaTP], timestamp_ms: int, latest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        found = self._list({tp: OffsetTimestamp(timestamp_ms) for tp in ktps})
+        # -1 / None: no record at or after that time yet -> the log end.
+        return {tp: (o if o is not None and o >= 0 else latest[tp]) for tp, o in found.items()}
+
     def offsets_for_time(self, tps, timestamp_ms: int) -> dict[TopicPartition, int]:
-        """First offset with timestamp >= ``timestamp_ms``, else the log end."""
-        return {tp: po.cut for tp, po in self.offsets(tps, timestamp_ms).items()}
+        """First offset with timestamp >= ``timestamp_ms``, else the log end (two batched requests)."""
+        ktps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
+        return self._time_cut(ktps, timestamp_ms, self._list({tp: OffsetSpec.LATEST for tp in ktps}))
 
     def timestamps_at(self, positions: dict[TopicPartition, int], timeout_s: float = 10.0) -> dict[TopicPartition, int]:
         """Record timestamp (ms) at each given offset, fetched in one consumer pass; partitions

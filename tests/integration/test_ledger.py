@@ -82,7 +82,7 @@ def test_the_pipeline_lock_serializes_and_times_out_with_a_clear_message(ledger)
     t.start()
     held.wait(10)
     with pytest.raises(LedgerLockTimeout, match="pipeline p: another run held the ledger lock"):
-        with ledger.lock("p", timeout_s=1) as conn:
+        with ledger.lock("p", timeout_s=1):
             pass
     waited: list[float] = []
 
@@ -124,6 +124,22 @@ def test_planning_is_idempotent_per_run_and_resumes_pending_batches(ledger, kafk
     assert first.outcome == "new" and [str(r) for r in first.batch.ranges] == [f"{topic}/0[0,150)", f"{topic}/1[0,150)"]
     assert again.outcome == "same_run" and again.batch.ranges == first.batch.ranges
     assert other.outcome == "pending" and other.batch.batch_id == first.batch.batch_id
+
+
+def test_a_timestamp_starting_policy_starts_new_partitions_at_that_time(ledger, kafka_broker):
+    from datetime import datetime, timedelta, timezone
+
+    name = f"ledger-ts-{uuid.uuid4().hex[:8]}"
+    base = datetime(2026, 10, 1, tzinfo=timezone.utc)
+    # 400 records, one every 9 s over partitions 0/1: the first at or after base+30min is record 200,
+    # offset 100 of each partition.
+    produce(kafka_broker.bootstrap, name, 400, partitions=2, start=base, hours=1, malformed_fraction=0, progress=False)
+    cfg = PipelineConfig(name="ts_policy", kafka={"topics": [name]}, sink={"path": "/tmp/unused"},
+                         ledger={"url": ledger.url}, starting_policy=(base + timedelta(minutes=30)).isoformat())
+    with KafkaSource(kafka_broker.bootstrap) as kafka:
+        result = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
+    assert [str(r) for r in result.batch.ranges] == [f"{name}/0[100,200)", f"{name}/1[100,200)"]
+    assert [row["start_offset"] for row in ledger.frontier_rows("ts_policy")] == [100, 100]
 
 
 def test_concurrent_planners_create_exactly_one_batch(ledger, kafka_broker, topic):

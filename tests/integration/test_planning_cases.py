@@ -3,8 +3,6 @@ retention gaps (fail and skip), concurrent runs."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
