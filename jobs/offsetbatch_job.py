@@ -202,15 +202,18 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="offsetbatch Spark step")
-    parser.add_argument("--spec", required=True, help="URI of the batch's job spec (JSON)")
+    parser.add_argument("--spec", required=True, action="append",
+                        help="URI of a batch's job spec (JSON); repeat for the batches of a backfill run")
     parser.add_argument("--attempt", required=True, help="this attempt's id: its own staging folder")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
-    spec = JobSpec.load(args.spec)
-    spark = SparkSession.builder.appName(f"offsetbatch-{spec.pipeline}-batch-{spec.batch_id}-{args.attempt}").getOrCreate()
+    specs = [JobSpec.load(uri) for uri in args.spec]
+    ids = "-".join(str(s.batch_id) for s in specs)
+    spark = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:
-        run(spark, spec, args.attempt)
+        for spec in specs:  # one Spark session, one batch after another
+            run(spark, spec, args.attempt)
     finally:
         spark.stop()
     return 0

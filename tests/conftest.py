@@ -120,3 +120,16 @@ def make_pipeline(airflow_env, kafka_broker, test_state, request):
     yield make
     for p in made:
         p.ledger.dispose()
+
+
+@pytest.fixture(scope="session")
+def airflow_services(airflow_env, test_state):
+    """A real Airflow scheduler (LocalExecutor) and API server on loopback, for what only they do:
+    ``airflow backfill create`` and triggered runs. Ready when the API server reports a healthy
+    scheduler heartbeat."""
+    from harness import AirflowServices
+
+    services = AirflowServices(airflow_env, test_state / "airflow-services", port=18080)
+    services.start()
+    yield services
+    services.stop()

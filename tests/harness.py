@@ -83,8 +83,9 @@ class Pipeline:
         return result
 
     def run(self, logical_date: datetime | None, run_after: datetime | None = None,
-            faults: str | None = None, cli: bool = False) -> RunOutcome:
-        """One DAG run. Same ``run_after`` (and logical date) = the same Airflow run, re-executed."""
+            faults: str | None = None, cli: bool = False, conf: dict | None = None) -> RunOutcome:
+        """One DAG run. Same ``run_after`` (and logical date) = the same Airflow run, re-executed.
+        ``conf`` is what the Trigger DAG form sends (the DAG's params)."""
         self.runs += 1
         run_after = run_after or datetime(2030, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=self.runs)
         env = dict(self.env)
@@ -94,7 +95,7 @@ class Pipeline:
             cmd = ["airflow", "dags", "test", self.dag_id, logical_date.isoformat()]
         else:
             cmd = [sys.executable, str(HELPER), self.dag_id,
-                   logical_date.isoformat() if logical_date else "none", run_after.isoformat()]
+                   logical_date.isoformat() if logical_date else "none", run_after.isoformat(), json.dumps(conf or {})]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
         out = proc.stdout + proc.stderr
         (self.root / "runs").mkdir(exist_ok=True)
@@ -105,8 +106,10 @@ class Pipeline:
     def register(self) -> None:
         """Serialize the DAG (and its Asset) into Airflow's metadata DB, as a running dag-processor
         would have before any run; ``dags test`` otherwise does it on first use, racily."""
-        proc = subprocess.run(["airflow", "dags", "reserialize"], env=self.env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        for cmd in (["airflow", "dags", "reserialize"],
+                    ["airflow", "pools", "set", self.cfg.pool, "1", f"offsetbatch pipeline {self.name}"]):
+            proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     def expected_ids(self, lost: set[tuple[int, int]] = frozenset()) -> set[str]:
         return {i for po, i in self.produced.items() if i is not None and po not in lost}
@@ -128,3 +131,85 @@ class Pipeline:
 
     def describe(self) -> str:
         return json.dumps([(b.batch_id, b.status, b.describe_ranges()) for b in self.ledger.list_batches(self.name, 50)])
+
+
+class AirflowServices:
+    """``airflow api-server`` + ``airflow scheduler`` as subprocesses (logs in ``root``)."""
+
+    def __init__(self, env: dict, root: Path, port: int):
+        import secrets
+
+        self.root, self.port = root, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = {**env,
+                    "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port),
+                    "AIRFLOW__API__BASE_URL": self.url,
+                    "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+                    "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+                    "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "4",
+                    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2"}
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, timeout_s: float = 180) -> None:
+        import time
+        import urllib.request
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        for cmd in (["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port)],
+                    ["airflow", "scheduler"]):
+            log = open(self.root / f"{cmd[1]}.log", "w")
+            self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                               start_new_session=True))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for p in self.procs:
+                if p.poll() is not None:
+                    raise RuntimeError(f"{p.args} exited with {p.returncode}; see {self.root}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as resp:
+                    health = json.loads(resp.read())
+                if health.get("scheduler", {}).get("status") == "healthy":
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)  # polling interval of a readiness check, not a stand-in for one
+        raise TimeoutError(f"Airflow API server/scheduler not healthy after {timeout_s}s; see {self.root}")
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["airflow", *args], env=self.env, capture_output=True, text=True, timeout=300)
+        if check:
+            assert proc.returncode == 0, f"airflow {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        return proc
+
+    def runs(self, dag_id: str) -> list[dict]:
+        out = self.airflow("dags", "list-runs", dag_id, "-o", "json").stdout
+        start = out.find("[")
+        return json.loads(out[start:]) if start >= 0 else []
+
+    def wait_for_runs(self, dag_id: str, count: int, timeout_s: float = 600) -> list[dict]:
+        """Wait until ``count`` runs exist and none is queued or running; returns them."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            runs = self.runs(dag_id)
+            if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
+                return runs
+            time.sleep(2)  # poll interval
+        raise TimeoutError(f"runs of {dag_id} not finished after {timeout_s}s: {self.runs(dag_id)}")

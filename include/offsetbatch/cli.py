@@ -3,28 +3,37 @@
     offsetbatch status [PIPELINE] [--json]        frontier, log end, lag (records, time), last batches
     offsetbatch batches PIPELINE [--limit N] [--json]
     offsetbatch batch PIPELINE BATCH_ID [--json]   ranges, stats, output location
+    offsetbatch reset PIPELINE --to TARGET [--allow-rewind] [--apply] [--reason TEXT]
+    offsetbatch replay PIPELINE (--batch N ... | --from TS --to TS) [--trigger]
+    offsetbatch doctor                              Kafka, ledger, Spark connector, Airflow connections
 
 Pipelines are the YAML files in include/pipelines/ (``--pipelines DIR`` for another folder).
-Exit codes: 0 ok, 1 Kafka or the ledger could not be reached, 2 bad config or usage,
-3 pipeline or batch not found.
+Exit codes: 0 ok, 1 Kafka or the ledger could not be reached (doctor: a check failed), 2 bad config
+or usage, 3 pipeline or batch not found, 4 request refused (invalid value; nothing changed).
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import shlex
+import subprocess
 import sys
 
+from kafka.errors import KafkaError
 from rich.console import Console
+from rich.table import Table
 
 from offsetbatch import report
 from offsetbatch.config import PIPELINES_DIR, ConfigError, PipelineConfig, load_all
+from offsetbatch.errors import PipelineError
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
 from offsetbatch.layout import TableLayout
 from offsetbatch.ledger import Ledger, LedgerError
 from offsetbatch.status import batch_dict, pipeline_status
 
-EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NOT_FOUND = 0, 1, 2, 3
+EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 1, 2, 3, 4
 
 
 class NotFound(LookupError):
@@ -97,8 +106,8 @@ def cmd_batch(args, out: Console) -> int:
     finally:
         ledger.dispose()
     layout = TableLayout(cfg.sink.path)
-    b["output"] = {"data": layout.data(args.batch_id), "rejected": layout.rejected(args.batch_id),
-                   "manifest": layout.manifest(args.batch_id)}
+    out_id = b.get("target_batch_id") or args.batch_id
+    b["output"] = {"data": layout.data(out_id), "rejected": layout.rejected(out_id), "manifest": layout.manifest(out_id)}
     if args.json:
         print(json.dumps(b, indent=1, default=str))
         return EXIT_OK
@@ -107,6 +116,111 @@ def cmd_batch(args, out: Console) -> int:
     for k, v in b["output"].items():
         out.print(f"{k}: {v}")
     return EXIT_OK
+
+
+def cmd_reset(args, out: Console) -> int:
+    from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+    from offsetbatch.requests import RunRequest, parse_reset_target
+    from offsetbatch.reset import apply_reset, plan_reset
+
+    cfg = _configs(args)[args.pipeline]
+    target = parse_reset_target(cfg.name, args.to)
+    req = RunRequest("reset", reset_to=target, dry_run=not args.apply, allow_rewind=args.allow_rewind,
+                     reason=args.reason, actor=f"cli:{getpass.getuser()}")
+    ledger = Ledger.for_config(cfg)
+    try:
+        with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
+            if req.dry_run:
+                with ledger.reading() as conn:
+                    plan = plan_reset(cfg, ledger, conn, kafka, target, req.allow_rewind)
+            else:
+                with ledger.lock(cfg.name) as conn:
+                    plan = plan_reset(cfg, ledger, conn, kafka, target, req.allow_rewind)
+                    apply_reset(ledger, conn, plan, req.actor, req.reason)
+                from offsetbatch.commit import publish_progress
+                publish_progress(cfg, ledger, kafka)
+    finally:
+        ledger.dispose()
+    if args.json:
+        print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
+        return EXIT_OK
+    t = Table(title=f"{cfg.name}: reset to {plan.target} ({'APPLIED' if args.apply else 'dry run, nothing changed'})",
+              title_justify="left")
+    for col in ("topic/partition", "log start", "log end", "frontier", "new frontier", "move"):
+        t.add_column(col, justify="left" if col in ("topic/partition", "move") else "right")
+    for m in plan.moves:
+        note = m.direction + (f" (asked {m.requested}; batch boundary)" if m.requested != m.to else "")
+        t.add_row(str(m.tp), str(m.log_start), str(m.log_end), "" if m.frontier is None else str(m.frontier),
+                  str(m.to), note, style=None if m.direction == "unchanged" else "yellow")
+    out.print(t)
+    if plan.superseded:
+        out.print(f"superseded batches (output replaced when re-read): {', '.join(map(str, plan.superseded))}")
+    if plan.abandoned:
+        out.print(f"abandoned planned batches: {', '.join(map(str, plan.abandoned))}")
+    if not args.apply:
+        out.print("dry run: add --apply to move the frontier")
+    return EXIT_OK
+
+
+def cmd_replay(args, out: Console) -> int:
+    from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+    from offsetbatch.replay import plan_window, replay_targets
+    from offsetbatch.requests import from_params
+
+    cfg = _configs(args)[args.pipeline]
+    conf = {"mode": "replay"}
+    if args.batch:
+        conf["batch_ids"] = ",".join(map(str, args.batch))
+    else:
+        conf.update(replay_start=args.start, replay_end=args.end)
+    if args.reason:
+        conf["reason"] = args.reason
+    req = from_params(cfg.name, conf)
+    ledger = Ledger.for_config(cfg)
+    try:
+        with ledger.reading() as conn:
+            if req.batch_ids:
+                targets, history = replay_targets(cfg, ledger, conn, req.batch_ids), []
+            else:
+                with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
+                    targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
+    finally:
+        ledger.dispose()
+    command = ["airflow", "dags", "trigger", cfg.dag_id, "--conf", json.dumps(conf)]
+    summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],
+               "backfills": [[str(r) for r in rs] for rs in history], "command": shlex.join(command)}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        out.print(report.batches_table(f"{cfg.name}: batches to re-execute (output replaced, frontier untouched)",
+                                       [batch_dict(b) for b in targets]))
+        for rs in history:
+            out.print("new backfill batch (never read before): " + ", ".join(str(r) for r in rs))
+        out.print(f"Airflow command: {shlex.join(command)}")
+    if not targets and not history:
+        print("nothing to replay: the request holds no records", file=sys.stderr)
+        return EXIT_OK
+    if args.trigger:
+        proc = subprocess.run(command, capture_output=True, text=True)
+        print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
+        return EXIT_OK if proc.returncode == 0 else EXIT_UNREACHABLE
+    return EXIT_OK
+
+
+def cmd_doctor(args, out: Console) -> int:
+    from offsetbatch.doctor import run_checks
+
+    checks = run_checks(_configs(args))
+    if args.json:
+        print(json.dumps([vars(c) for c in checks], indent=1))
+    else:
+        t = Table(title="offsetbatch doctor", title_justify="left")
+        for col in ("check", "", "detail", "how to fix"):
+            t.add_column(col)
+        for c in checks:
+            t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail, c.fix if not c.ok else "")
+        out.print(t)
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_UNREACHABLE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,6 +241,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("pipeline")
     p.add_argument("batch_id", type=int)
     p.set_defaults(func=cmd_batch)
+    p = sub.add_parser("reset", help="move the frontier (dry run unless --apply); audited in the ledger")
+    p.add_argument("pipeline")
+    p.add_argument("--to", required=True, help='earliest | latest | ISO timestamp | JSON {"topic": {"0": offset}}')
+    p.add_argument("--allow-rewind", action="store_true", help="allow moving back over committed batches")
+    p.add_argument("--apply", action="store_true", help="change the ledger (default: show what would change)")
+    p.add_argument("--reason", help="kept in the audit log")
+    p.set_defaults(func=cmd_reset)
+    p = sub.add_parser("replay", help="re-execute recorded batches through Airflow (prints or runs the trigger)")
+    p.add_argument("pipeline")
+    p.add_argument("--batch", type=int, action="append", help="batch id to replay (repeatable)")
+    p.add_argument("--from", dest="start", help="window start, ISO timestamp with timezone")
+    p.add_argument("--to", dest="end", help="window end (exclusive)")
+    p.add_argument("--reason", help="kept in the audit log")
+    p.add_argument("--trigger", action="store_true", help="run 'airflow dags trigger' instead of printing it")
+    p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("doctor", help="check Kafka, ledger, Spark connector and Airflow connections")
+    p.set_defaults(func=cmd_doctor, pipeline=None)
     for sp in sub.choices.values():
         sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
     try:
@@ -142,6 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     except NotFound as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
+    except PipelineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KafkaError as exc:
+        print(f"error: Kafka: {type(exc).__name__}: {exc}. Is the broker up? ('offsetbatch doctor')", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except LedgerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -39,7 +39,7 @@ class CommitResult:
 def validate_manifest(batch: Batch, manifest: Manifest, expect_offset_gaps: bool) -> None:
     """Every planned range is accounted for, every offset inside it, and counts reconcile."""
     where = f"pipeline {batch.pipeline} batch {batch.batch_id}"
-    if manifest.batch_id != batch.batch_id or manifest.pipeline != batch.pipeline:
+    if manifest.batch_id != batch.output_id or manifest.pipeline != batch.pipeline:
         raise ManifestError(f"{where}: the manifest is for {manifest.pipeline} batch {manifest.batch_id}")
     planned = {(r.topic, r.partition): r for r in batch.ranges}
     reported = {(r.topic, r.partition): r for r in manifest.ranges}
@@ -89,6 +89,12 @@ def publish(layout: TableLayout, batch_id: int, attempt: str) -> None:
     storage.remove(f"{layout.meta}/trash")
 
 
+def retire(layout: TableLayout, batch_id: int) -> None:
+    """Take a superseded batch's output out of the table (its records were re-read by another batch)."""
+    for path in (layout.data(batch_id), layout.rejected(batch_id), layout.manifest(batch_id)):
+        storage.remove(path)
+
+
 def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = None) -> list[int]:
     """Publish committed batches whose output is not in the table yet: ``current`` (just
     committed) and any a crash left behind after its transaction (rolled forward). Under the
@@ -96,8 +102,12 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = N
     done = []
     layout = TableLayout(cfg.sink.path)
     with ledger.lock(cfg.name) as conn:
-        for batch_id, attempt in ledger.unpublished(conn, cfg.name):
-            publish(layout, batch_id, attempt)
+        for batch_id, output_id, attempt in ledger.unpublished(conn, cfg.name):
+            publish(layout, output_id, attempt)
+            for old in ledger.superseded_by(conn, cfg.name, batch_id):
+                retire(layout, old)
+                log.info("pipeline %s batch %d: output of superseded batch %d removed; batch %d re-read its ranges",
+                         cfg.name, batch_id, old, batch_id)
             ledger.mark_published(conn, cfg.name, batch_id)
             if batch_id != current:
                 log.warning("pipeline %s batch %d: was committed but not published; published it now", cfg.name, batch_id)
@@ -118,13 +128,13 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
         if winner == attempt:  # this task's own earlier try committed it (and published it above)
             log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name, batch_id, attempt)
         else:
-            storage.remove(layout.attempt(batch_id, attempt))  # a redundant re-execution's output
+            storage.remove(layout.attempt(batch.output_id, attempt))  # a redundant re-execution's output
             log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
                      cfg.name, batch_id, winner, attempt)
         return CommitResult(batch_id, "already_committed", batch.stats)
     if batch.status != "planned":
         raise ManifestError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be committed")
-    manifest_uri = layout.staging_manifest(batch_id, attempt)
+    manifest_uri = layout.staging_manifest(batch.output_id, attempt)
     if not storage.exists(manifest_uri):
         raise ManifestError(
             f"pipeline {cfg.name} batch {batch_id}: no manifest at {manifest_uri}, so the Spark job did not finish "
@@ -140,13 +150,15 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     with ledger.lock(cfg.name) as conn:
         ledger.commit_batch(conn, batch, {**stats, "commit_seconds": round(time.monotonic() - t0, 3)}, range_stats)
         faults.checkpoint("commit.in_transaction")
-    log.info("pipeline %s batch %d: committed, frontier advanced: %s", cfg.name, batch_id, batch.describe_ranges())
+    log.info("pipeline %s batch %d (%s): committed%s: %s", cfg.name, batch_id, batch.kind,
+             ", frontier advanced" if batch.moves_frontier else ", frontier untouched", batch.describe_ranges())
     faults.checkpoint("commit.after_transaction")
 
     publish_pending(cfg, ledger, current=batch_id)
-    log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)", cfg.name, batch_id,
-             layout.data(batch_id), manifest.rows_out, manifest.rows_rejected)
-    if kafka is not None:
+    log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)%s", cfg.name, batch_id,
+             layout.data(batch.output_id), manifest.rows_out, manifest.rows_rejected,
+             f", replacing the output of batch {batch.target_batch_id}" if batch.target_batch_id else "")
+    if kafka is not None and batch.moves_frontier:
         publish_progress(cfg, ledger, kafka)
     return CommitResult(batch_id, "committed", stats)
 

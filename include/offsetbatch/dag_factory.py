@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_config
+from offsetbatch.requests import dag_params
 
 
 def _config_path(config: str | Path) -> Path:
@@ -30,7 +31,11 @@ def _doc(cfg: PipelineConfig) -> str:
         f"group `{cfg.group_id}` for lag tools.\n\n"
         f"Tasks: **plan** (ranges from the frontier) → **spark_job** (reads exactly those ranges) → "
         f"**commit** (manifest check, ledger transaction, publish). Every task is idempotent per run: "
-        f"clearing a run re-reads the same ranges and replaces their output.\n\nConfig: `{cfg.source_file}`"
+        f"clearing a run re-reads the same ranges and replaces their output.\n\n"
+        f"**Trigger** with `mode`: `next` (default), `replay` (a window or batch ids: re-executes recorded "
+        f"batches, replacing their output), `reset` (moves the frontier; dry run unless `dry_run` is off). "
+        f"**Backfill** re-executes the batches of covered intervals and loads never-read history; it refuses "
+        f"intervals after the frontier.\n\nConfig: `{cfg.source_file}`"
     )
 
 
@@ -55,6 +60,7 @@ def pipeline_dag(config: str | Path):
         start_date=cfg.airflow.start_date,
         catchup=cfg.airflow.catchup,
         max_active_runs=1,
+        params=dag_params(),
         tags=["offsetbatch", *cfg.airflow.tags],
         default_args={
             "owner": cfg.airflow.owner,
@@ -69,8 +75,11 @@ def pipeline_dag(config: str | Path):
             from offsetbatch.tasks import plan_step
 
             ctx = get_current_context()
+            dag_run = ctx["dag_run"]
             return plan_step(load_config(cfg_path), ctx["dag"].dag_id, ctx["run_id"],
-                             ctx.get("data_interval_start"), ctx.get("data_interval_end"))
+                             ctx.get("data_interval_start"), ctx.get("data_interval_end"),
+                             params=dict(ctx["params"]), run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
+                             actor=getattr(dag_run, "triggering_user_name", None) or "airflow")
 
         spark_job = BatchSparkSubmitOperator(
             task_id="spark_job",
@@ -87,7 +96,7 @@ def pipeline_dag(config: str | Path):
             ctx = get_current_context()
             planned = ctx["ti"].xcom_pull(task_ids="plan")
             attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
-            result = commit_step(load_config(cfg_path), planned["batch_id"], attempt)
+            result = commit_step(load_config(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
             ctx["outlet_events"][asset].extra = result
             return result
 

@@ -20,3 +20,11 @@ class TopicNotFoundError(PipelineError):
 
 class ManifestError(PipelineError):
     """A job's manifest does not reconcile with its batch's plan."""
+
+
+class RequestError(PipelineError):
+    """A trigger parameter (mode, window, batch ids, reset target) is invalid."""
+
+
+class BackfillRefusedError(PipelineError):
+    """A backfill or replay asked for offsets the scheduled runs have not read yet."""

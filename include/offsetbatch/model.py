@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 BatchKind = Literal["incremental", "backfill", "replay"]
-BatchStatus = Literal["planned", "committed", "abandoned"]
+BatchStatus = Literal["planned", "committed", "abandoned", "superseded"]
 
 
 @dataclass(frozen=True, order=True)
@@ -65,6 +65,17 @@ class Batch:
     run_id: str | None = None
     dag_id: str | None = None
     stats: dict = field(default_factory=dict)
+    target_batch_id: int | None = None  # replays: the batch re-read and whose output is replaced
+    superseded_by: int | None = None
+
+    @property
+    def output_id(self) -> int:
+        """The ``batch_id=N`` folder this batch's output is published to."""
+        return self.target_batch_id or self.batch_id
+
+    @property
+    def moves_frontier(self) -> bool:
+        return any(r.frontier_before is not None for r in self.ranges)
 
     @property
     def records(self) -> int:

@@ -1,9 +1,11 @@
-"""The planner: which offsets the next batch reads (DESIGN.md §4, incremental runs).
+"""The planner: which offsets a run's batches read (DESIGN.md §4).
 
 ``plan_ranges`` is the arithmetic (pure, unit-tested); ``plan_for_run`` is the Airflow task's
-logic: under the pipeline's ledger lock it returns this run's batch if it already has one, else
-the pending batch of an earlier run (re-executed unchanged), else plans a new one from the
-frontier.
+logic, under the pipeline's ledger lock. For ``next`` (scheduled) runs it returns this run's batch
+if it already has one, else the pending batch of an earlier run (re-executed unchanged), else plans
+a new one from the frontier; after a rewind (``offsetbatch.reset``) new batches re-read the
+superseded batches whole, one at a time. Backfill and replay runs are planned by
+``offsetbatch.replay`` and never move the frontier.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from datetime import datetime
 from typing import Literal
 
 from offsetbatch.config import Caps, PipelineConfig
-from offsetbatch.errors import DataLossError, PartitionVanishedError, TopicNotFoundError
+from offsetbatch.errors import DataLossError, TopicNotFoundError
 from offsetbatch.kafka_source import KafkaSource, PartitionOffsets
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
+from offsetbatch.partitions import check_vanished
+from offsetbatch.replay import plan_window, replay_targets
+from offsetbatch.requests import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +35,7 @@ class RunInfo:
     run_id: str
     data_interval_start: datetime | None = None
     data_interval_end: datetime | None = None
+    request: RunRequest = field(default_factory=RunRequest)
 
     @property
     def cut_timestamp_ms(self) -> int | None:
@@ -40,12 +46,16 @@ class RunInfo:
 @dataclass
 class PlanResult:
     outcome: Literal["new", "same_run", "pending", "committed", "empty"]
-    batch: Batch | None
+    batches: list[Batch]
     gaps: list[Gap] = field(default_factory=list)
 
     @property
     def needs_work(self) -> bool:
         return self.outcome in ("new", "same_run", "pending")
+
+    @property
+    def batch(self) -> Batch | None:
+        return self.batches[0] if self.batches else None
 
 
 def fair_share(demand: dict[TopicPartition, int], budget: int) -> dict[TopicPartition, int]:
@@ -66,17 +76,6 @@ def fair_share(demand: dict[TopicPartition, int], budget: int) -> dict[TopicPart
     return grant
 
 
-def check_vanished(pipeline: str, frontier: dict[TopicPartition, int], present: set[TopicPartition]) -> None:
-    """Fail, naming them, if partitions the ledger tracks are gone from Kafka."""
-    vanished = sorted(tp for tp in frontier if tp not in present)
-    if vanished:
-        listing = ", ".join(f"{tp} (frontier {frontier[tp]})" for tp in vanished)
-        raise PartitionVanishedError(
-            f"pipeline {pipeline}: partition(s) {listing} are in the ledger but no longer exist in Kafka. Nothing was "
-            f"planned. If the topic was deleted or recreated on purpose, move the frontier with 'offsetbatch reset'."
-        )
-
-
 def plan_ranges(
     pipeline: str,
     frontier: dict[TopicPartition, int],
@@ -84,9 +83,11 @@ def plan_ranges(
     caps: Caps,
     on_data_loss: str,
     use_cut: bool,
+    limits: dict[TopicPartition, int] | None = None,
 ) -> tuple[list[OffsetRange], list[Gap]]:
     """Ranges ``[frontier, end)`` per partition, where end is the time cut (or log end) capped per
-    partition and per batch; plus the gaps retention left, when the pipeline skips them.
+    partition and per batch (and by ``limits``, offsets not to reach); plus the gaps retention left,
+    when the pipeline skips them.
 
     Raises ``DataLossError`` (fail policy) or ``PartitionVanishedError``; nothing is partial."""
     check_vanished(pipeline, frontier, set(offsets))
@@ -110,6 +111,7 @@ def plan_ranges(
             gaps.append(Gap(tp.topic, tp.partition, start, po.earliest))
             start = po.earliest
         end = po.cut if use_cut and po.cut is not None else po.latest
+        end = min(end, (limits or {}).get(tp, end))
         end = max(start, min(end, po.latest, start + caps.max_records_per_partition))
         starts[tp] = start
         demand[tp] = end - start
@@ -135,18 +137,20 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
     """Decide this run's batch. Idempotent per Airflow run; serialized per pipeline by the ledger lock."""
     name = cfg.name
     with ledger.lock(name) as conn:
+        if run.request.mode in ("backfill", "replay"):
+            return _plan_history(cfg, ledger, conn, kafka, run, output_path)
         own = ledger.batch_for_run(conn, name, run.run_id)
         if own is not None:
             outcome = "committed" if own.status == "committed" else "same_run"
             log.info("pipeline %s batch %d: run %s already planned it (%s); ranges unchanged: %s",
                      name, own.batch_id, run.run_id, own.status, own.describe_ranges())
-            return PlanResult(outcome, own)
+            return PlanResult(outcome, [own])
         pending = ledger.pending(conn, name)
         if pending is not None:
             log.warning("pipeline %s batch %d: planned by run %s but not committed; run %s executes it first, "
                         "unchanged: %s", name, pending.batch_id, pending.run_id, run.run_id, pending.describe_ranges())
             ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id}, pending.batch_id)
-            return PlanResult("pending", pending)
+            return PlanResult("pending", [pending])
 
         current = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
         if cfg.kafka.topics:
@@ -166,8 +170,19 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
                      ", ".join(f"{tp}@{o}" for tp, o in sorted(starts.items())))
             frontier.update(starts)
 
+        superseded = ledger.superseded_pending(conn, name)
+        if superseded:
+            first = superseded[0]
+            if all(frontier.get(r.tp) == r.from_offset for r in first.ranges):
+                return _reread_superseded(ledger, conn, run, first, output_path)
+        limits: dict[TopicPartition, int] = {}
+        for b in superseded:  # fill up to the superseded batches, never into them
+            for r in b.ranges:
+                limits[r.tp] = min(limits.get(r.tp, r.from_offset), r.from_offset)
+
         offsets = kafka.offsets(frontier.keys(), run.cut_timestamp_ms)
-        planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None)
+        planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None,
+                                    limits)
         for g in gaps:
             ledger.skip_gap(conn, name, g)
             log.warning("pipeline %s: offsets [%d, %d) of %s/%d were deleted by retention before being read; "
@@ -176,9 +191,56 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
         if not planned:
             log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
                      run.data_interval_end or "log end")
-            return PlanResult("empty", None, gaps)
+            return PlanResult("empty", [], gaps)
         batch = ledger.insert_batch(conn, name, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
                                     interval=(run.data_interval_start, run.data_interval_end), output_path=output_path)
         log.info("pipeline %s batch %d: planned for run %s, %d records: %s", name, batch.batch_id, run.run_id,
                  batch.records, batch.describe_ranges())
-        return PlanResult("new", batch, gaps)
+        return PlanResult("new", [batch], gaps)
+
+
+def _reread_superseded(ledger: Ledger, conn, run: RunInfo, old: Batch, output_path: str) -> PlanResult:
+    """After a rewind: re-read a superseded batch's ranges whole; publishing the new batch retires the old output."""
+    planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, frontier_before=r.from_offset)
+               for r in old.ranges]
+    batch = ledger.insert_batch(conn, old.pipeline, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
+                                interval=(run.data_interval_start, run.data_interval_end), output_path=output_path)
+    ledger.mark_superseded_by(conn, old.pipeline, old.batch_id, batch.batch_id)
+    log.info("pipeline %s batch %d: planned for run %s, re-reading superseded batch %d (its output is replaced "
+             "on commit): %s", old.pipeline, batch.batch_id, run.run_id, old.batch_id, batch.describe_ranges())
+    return PlanResult("new", [batch])
+
+
+def _plan_history(cfg: PipelineConfig, ledger: Ledger, conn, kafka: KafkaSource, run: RunInfo,
+                  output_path: str) -> PlanResult:
+    """A backfill or replay run: replay batches for recorded history, backfill batches for the rest."""
+    name, req = cfg.name, run.request
+    own = ledger.planned_for_run(conn, name, run.run_id)
+    if own:
+        log.info("pipeline %s: run %s already planned batch(es) %s; re-executing them unchanged", name, run.run_id,
+                 ", ".join(str(b.batch_id) for b in own))
+        return PlanResult("same_run", own)
+    if req.batch_ids:
+        targets, history, interval = replay_targets(cfg, ledger, conn, req.batch_ids), [], (None, None)
+    else:
+        targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
+        interval = req.window
+    out: list[Batch] = []
+    for target in targets:
+        b = ledger.insert_batch(conn, name, "replay", [], dag_id=run.dag_id, run_id=run.run_id, interval=interval,
+                                output_path=output_path, target=target)
+        log.info("pipeline %s batch %d: replays batch %d for run %s (same ranges, output replaced): %s", name,
+                 b.batch_id, target.batch_id, run.run_id, b.describe_ranges())
+        out.append(b)
+    for ranges in history:
+        b = ledger.insert_batch(conn, name, "backfill", ranges, dag_id=run.dag_id, run_id=run.run_id,
+                                interval=interval, output_path=output_path)
+        log.info("pipeline %s batch %d: backfills never-read history for run %s, %d records: %s", name, b.batch_id,
+                 run.run_id, b.records, b.describe_ranges())
+        out.append(b)
+    if not out:
+        what = f"batches {list(req.batch_ids)}" if req.batch_ids else \
+            f"window [{req.window[0].isoformat()}, {req.window[1].isoformat()})"
+        log.info("pipeline %s: %s holds no records; nothing to %s", name, what, req.mode)
+        return PlanResult("empty", [])
+    return PlanResult("new", out)

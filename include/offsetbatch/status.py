@@ -44,7 +44,8 @@ class PipelineStatus:
 def batch_dict(b: Batch) -> dict:
     return {
         "batch_id": b.batch_id, "kind": b.kind, "status": b.status, "run_id": b.run_id, "records": b.records,
-        "ranges": [r.to_dict() for r in b.ranges],
+        "ranges": [r.to_dict() for r in b.ranges], "target_batch_id": b.target_batch_id,
+        "superseded_by": b.superseded_by,
         **{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in b.stats.items()},
     }
 

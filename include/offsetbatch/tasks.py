@@ -1,7 +1,8 @@
 """The logic of the DAG's plan and commit tasks, kept out of the DAG file so it is testable.
 
 Both return small JSON-able dicts (they become XComs). Both are idempotent per Airflow run, so
-task retries and cleared runs are safe.
+task retries and cleared runs are safe. The plan task also carries out ``mode: reset`` (the run
+then has no Spark work).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ import logging
 from datetime import datetime
 
 from offsetbatch import faults
-from offsetbatch.commit import commit_batch, publish_pending
+from offsetbatch.commit import commit_batch, publish_pending, publish_progress
 from offsetbatch.config import PipelineConfig
 from offsetbatch.jobspec import JobSpec
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
 from offsetbatch.layout import TableLayout
 from offsetbatch.ledger import Ledger
+from offsetbatch.model import Batch
 from offsetbatch.planner import RunInfo, plan_for_run
+from offsetbatch.requests import RunRequest, from_params
+from offsetbatch.reset import apply_reset, plan_reset
 
 log = logging.getLogger(__name__)
 
@@ -25,10 +29,11 @@ def _kafka(cfg: PipelineConfig) -> KafkaSource:
     return KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id), cfg.kafka.isolation_level)
 
 
-def write_spec(cfg: PipelineConfig, bootstrap: str, batch) -> str:
+def write_spec(cfg: PipelineConfig, bootstrap: str, batch: Batch) -> str:
+    """The job spec of ``batch``; a replay writes (and later publishes) under its target's id."""
     uri = TableLayout(cfg.sink.path).spec(batch.batch_id)
     JobSpec(
-        pipeline=cfg.name, batch_id=batch.batch_id, bootstrap=bootstrap,
+        pipeline=cfg.name, batch_id=batch.output_id, bootstrap=bootstrap,
         ranges=[r.to_dict() for r in batch.ranges], table=cfg.sink.path,
         value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl, required=list(cfg.value.required),
         transform_sql=cfg.transform.sql, transform_python=cfg.transform.python,
@@ -39,35 +44,60 @@ def write_spec(cfg: PipelineConfig, bootstrap: str, batch) -> str:
 
 
 def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: datetime | None,
-              interval_end: datetime | None) -> dict:
-    """Plan (or find) this run's batch and write its job spec."""
+              interval_end: datetime | None, params: dict | None = None, run_type: str | None = None,
+              actor: str | None = None) -> dict:
+    """Plan (or find) this run's batches and write their job specs, or carry out a reset.
+
+    The trigger parameters are checked before the ledger is opened, so a bad value changes nothing."""
+    request = from_params(cfg.name, params, run_type, (interval_start, interval_end), actor)
     ledger = Ledger.for_config(cfg)
     try:
+        if request.mode == "reset":
+            return _reset(cfg, ledger, request)
         publish_pending(cfg, ledger)
         with _kafka(cfg) as kafka:
-            result = plan_for_run(cfg, ledger, kafka, RunInfo(dag_id, run_id, interval_start, interval_end), cfg.sink.path)
+            run = RunInfo(dag_id, run_id, interval_start, interval_end, request)
+            result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
             bootstrap = kafka.bootstrap
         faults.checkpoint("plan.after_commit")
-        out = {"pipeline": cfg.name, "outcome": result.outcome, "needs_work": result.needs_work,
-               "batch_id": None, "spec": None, "records": 0, "ranges": [],
-               "gaps": [vars(g) for g in result.gaps]}
-        if result.batch is not None:
-            out.update(batch_id=result.batch.batch_id, records=result.batch.records,
-                       ranges=[str(r) for r in result.batch.ranges])
-        if result.needs_work:
-            out["spec"] = write_spec(cfg, bootstrap, result.batch)
-        return out
+        batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
+                    "ranges": [str(r) for r in b.ranges],
+                    "spec": write_spec(cfg, bootstrap, b) if result.needs_work else None}
+                   for b in result.batches]
+        return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
+                "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps]}
     finally:
         ledger.dispose()
 
 
-def commit_step(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
-    """Commit a batch whose Spark job finished; returns the stats for the Asset event."""
+def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest) -> dict:
+    with _kafka(cfg) as kafka:
+        if request.dry_run:
+            with ledger.reading() as conn:
+                plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+            log.info("DRY RUN (nothing changed; trigger again with dry_run false to apply): %s", plan.describe())
+        else:
+            with ledger.lock(cfg.name) as conn:
+                plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+                apply_reset(ledger, conn, plan, request.actor, request.reason)
+            publish_progress(cfg, ledger, kafka)
+    return {"pipeline": cfg.name, "mode": "reset", "outcome": "dry_run" if request.dry_run else "reset",
+            "needs_work": False, "batches": [], "reset": plan.to_dict()}
+
+
+def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict:
+    """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
+    the Asset event (totals, and per batch)."""
     ledger = Ledger.for_config(cfg)
     try:
+        per_batch = []
         with _kafka(cfg) as kafka:
-            result = commit_batch(cfg, ledger, batch_id, attempt, kafka)
-        return {"pipeline": cfg.name, "batch_id": batch_id, "outcome": result.outcome,
-                **{k: v for k, v in result.stats.items() if isinstance(v, (int, float, str)) or v is None}}
+            for batch_id in batch_ids:
+                result = commit_batch(cfg, ledger, batch_id, attempt, kafka)
+                per_batch.append({"batch_id": batch_id, "outcome": result.outcome,
+                                  **{k: v for k, v in result.stats.items()
+                                     if isinstance(v, (int, float, str)) or v is None}})
+        totals = {k: sum(b.get(k) or 0 for b in per_batch) for k in ("rows_in", "rows_out", "rows_rejected")}
+        return {"pipeline": cfg.name, "batch_ids": list(batch_ids), **totals, "batches": per_batch}
     finally:
         ledger.dispose()

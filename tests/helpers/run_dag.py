@@ -2,10 +2,11 @@
 ``run_after`` so that running it again re-executes the *same* run (cleared, like "Clear" in the
 UI) instead of creating a new one.
 
-    python tests/helpers/run_dag.py DAG_ID LOGICAL_DATE|none RUN_AFTER
+    python tests/helpers/run_dag.py DAG_ID LOGICAL_DATE|none RUN_AFTER [CONF_JSON]
 Exit 0 when the run succeeded, 1 otherwise; prints ``DAGRUN <state> <run_id>`` last.
 """
 
+import json
 import os
 import sys
 from datetime import datetime
@@ -15,6 +16,7 @@ from airflow.dag_processing.dagbag import DagBag
 
 def main() -> int:
     dag_id, logical, run_after = sys.argv[1:4]
+    conf = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
     if dag_id not in bag.dags:
         print(f"DAG {dag_id} not found; import errors: {bag.import_errors}")
@@ -22,6 +24,7 @@ def main() -> int:
     dr = bag.dags[dag_id].test(
         logical_date=None if logical == "none" else datetime.fromisoformat(logical),
         run_after=datetime.fromisoformat(run_after),
+        run_conf=conf or None,
     )
     print(f"DAGRUN {dr.state} {dr.run_id}")
     return 0 if str(dr.state) in ("success", "DagRunState.SUCCESS") else 1

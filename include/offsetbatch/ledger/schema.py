@@ -2,7 +2,8 @@
 
 ``ob_schema_version`` holds the applied version; ``migrate`` applies what is missing, in order,
 each step in its own transaction. A new version appends to ``MIGRATIONS``; existing steps never
-change.
+change: a step that adds columns checks which exist, because step 1 creates tables from the
+current definitions.
 """
 
 from __future__ import annotations
@@ -39,8 +40,13 @@ batches = sa.Table(
     sa.Column("job_seconds", sa.Float),
     sa.Column("commit_seconds", sa.Float),
     sa.Column("output_path", sa.Text),
+    # v2: a replay re-reads the ranges of ``target_batch_id`` and replaces that batch's output; a
+    # batch rewound over by a reset is ``superseded`` until ``superseded_by`` re-reads its ranges.
+    sa.Column("target_batch_id", sa.BigInteger),
+    sa.Column("superseded_by", sa.BigInteger),
     sa.Index("ix_ob_batches_status", "pipeline", "status"),
     sa.Index("ix_ob_batches_run", "pipeline", "run_id"),
+    sa.Index("ix_ob_batches_target", "pipeline", "target_batch_id"),
 )
 
 ranges = sa.Table(
@@ -107,5 +113,14 @@ def _v1(conn: sa.Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS = [_v1]
+def _v2(conn: sa.Connection) -> None:
+    """Replays and rewinds (issue: backfills, manual triggers and offset operations)."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns("ob_batches")}
+    for name in ("target_batch_id", "superseded_by"):
+        if name not in have:
+            conn.execute(sa.text(f"ALTER TABLE ob_batches ADD COLUMN {name} BIGINT"))
+    next(i for i in batches.indexes if i.name == "ix_ob_batches_target").create(conn, checkfirst=True)
+
+
+MIGRATIONS = [_v1, _v2]
 LATEST = len(MIGRATIONS)

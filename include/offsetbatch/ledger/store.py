@@ -70,8 +70,13 @@ class Ledger:
                                               "commit_seconds", "attempts", "planned_at", "committed_at",
                                               "published_at", "data_interval_start", "data_interval_end",
                                               "output_path", "committed_attempt")}
-        return Batch(row.pipeline, row.batch_id, row.kind, row.status,
-                     self._ranges(conn, row.pipeline, row.batch_id), row.run_id, row.dag_id, stats)
+        if row.target_batch_id is not None:  # a replay re-reads its target's ranges; it never moves the frontier
+            read = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset)
+                    for r in self._ranges(conn, row.pipeline, row.target_batch_id)]
+        else:
+            read = self._ranges(conn, row.pipeline, row.batch_id)
+        return Batch(row.pipeline, row.batch_id, row.kind, row.status, read, row.run_id, row.dag_id, stats,
+                     target_batch_id=row.target_batch_id, superseded_by=row.superseded_by)
 
     def get_batch(self, pipeline: str, batch_id: int, conn: sa.Connection | None = None) -> Batch:
         if conn is None:
@@ -88,6 +93,46 @@ class Ledger:
                                      batches.c.kind == "incremental")
         ).first()
         return self._batch(conn, row) if row else None
+
+    def planned_for_run(self, conn: sa.Connection, pipeline: str, run_id: str) -> list[Batch]:
+        """Backfill/replay batches a run planned and has not committed yet (a retried plan reuses them)."""
+        rows = conn.execute(
+            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.run_id == run_id,
+                                     batches.c.kind != "incremental", batches.c.status == "planned")
+            .order_by(batches.c.batch_id)
+        ).all()
+        return [self._batch(conn, r) for r in rows]
+
+    def batches_by_id(self, conn: sa.Connection, pipeline: str, ids: list[int]) -> dict[int, Batch]:
+        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.batch_id.in_(ids))).all()
+        return {r.batch_id: self._batch(conn, r) for r in rows}
+
+    @staticmethod
+    def ranges_in_use(conn: sa.Connection, pipeline: str,
+                      statuses: tuple[str, ...] = ("planned", "committed")) -> list[tuple[int, str, OffsetRange]]:
+        """(batch id, status, range) of the batches that own offsets: no new range may overlap them."""
+        rows = conn.execute(
+            sa.select(ranges, batches.c.status)
+            .join(batches, sa.and_(batches.c.pipeline == ranges.c.pipeline, batches.c.batch_id == ranges.c.batch_id))
+            .where(ranges.c.pipeline == pipeline, batches.c.status.in_(statuses))
+            .order_by(ranges.c.topic, ranges.c.partition, ranges.c.from_offset)
+        ).all()
+        return [(r.batch_id, r.status, OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before))
+                for r in rows]
+
+    def superseded_pending(self, conn: sa.Connection, pipeline: str) -> list[Batch]:
+        """Batches a rewind superseded whose ranges no new batch has re-read yet, oldest first."""
+        rows = conn.execute(
+            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.status == "superseded",
+                                     batches.c.superseded_by.is_(None)).order_by(batches.c.batch_id)
+        ).all()
+        return [self._batch(conn, r) for r in rows]
+
+    @staticmethod
+    def frontier_full(conn: sa.Connection, pipeline: str) -> dict[TopicPartition, tuple[int, int]]:
+        """(start offset, next offset) per partition."""
+        rows = conn.execute(sa.select(frontier).where(frontier.c.pipeline == pipeline))
+        return {TopicPartition(r.topic, r.partition): (r.start_offset, r.next_offset) for r in rows}
 
     def pending(self, conn: sa.Connection, pipeline: str, kind: str = "incremental") -> Batch | None:
         row = conn.execute(
@@ -133,14 +178,15 @@ class Ledger:
         return [dict(r._mapping) for r in rows]
 
     @staticmethod
-    def unpublished(conn: sa.Connection, pipeline: str) -> list[tuple[int, str]]:
-        """(batch id, committed attempt) of committed batches whose output is not in the table yet."""
+    def unpublished(conn: sa.Connection, pipeline: str) -> list[tuple[int, int, str]]:
+        """(batch id, output folder id, committed attempt) of committed batches whose output is not
+        in the table yet, in commit order."""
         rows = conn.execute(
-            sa.select(batches.c.batch_id, batches.c.committed_attempt)
+            sa.select(batches.c.batch_id, batches.c.target_batch_id, batches.c.committed_attempt)
             .where(batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_(None))
             .order_by(batches.c.batch_id)
         ).all()
-        return [(r.batch_id, r.committed_attempt) for r in rows]
+        return [(r.batch_id, r.target_batch_id or r.batch_id, r.committed_attempt) for r in rows]
 
     # ---- writes (inside Ledger.lock) -----------------------------------------------------
 
@@ -171,11 +217,56 @@ class Ledger:
         if res.rowcount != 1:
             raise StaleCommitError(f"pipeline {pipeline}: frontier of {gap.topic}/{gap.partition} moved while skipping "
                                    f"gap [{gap.from_offset}, {gap.until_offset}); nothing was changed")
+        self.record_gap(conn, pipeline, gap)
+        self.event(conn, pipeline, "data_loss_skipped", {"topic": gap.topic, "partition": gap.partition,
+                                                         "from": gap.from_offset, "until": gap.until_offset})
+
+    @staticmethod
+    def record_gap(conn: sa.Connection, pipeline: str, gap: Gap) -> None:
         conn.execute(gaps.insert().values(pipeline=pipeline, topic=gap.topic, partition=gap.partition,
                                           from_offset=gap.from_offset, until_offset=gap.until_offset,
                                           reason=gap.reason, detected_at=eng.now()))
-        self.event(conn, pipeline, "data_loss_skipped", {"topic": gap.topic, "partition": gap.partition,
-                                                         "from": gap.from_offset, "until": gap.until_offset})
+
+    @staticmethod
+    def drop_gaps_from(conn: sa.Connection, pipeline: str, tp: TopicPartition, offset: int) -> int:
+        """Forget skipped offsets at or after ``offset`` (a rewind will read them); trims a gap that straddles it."""
+        where = sa.and_(gaps.c.pipeline == pipeline, gaps.c.topic == tp.topic, gaps.c.partition == tp.partition)
+        n = conn.execute(gaps.delete().where(where, gaps.c.from_offset >= offset)).rowcount
+        n += conn.execute(gaps.update().where(where, gaps.c.from_offset < offset, gaps.c.until_offset > offset)
+                          .values(until_offset=offset)).rowcount
+        return n
+
+    @staticmethod
+    def move_frontier(conn: sa.Connection, pipeline: str, tp: TopicPartition, expected: int, to: int,
+                      start_offset: int | None = None) -> None:
+        """Set one partition's frontier by compare-and-set (resets); ``start_offset`` moves the first
+        planned offset too (a rewind before it)."""
+        values = {"next_offset": to, "updated_at": eng.now()}
+        if start_offset is not None:
+            values["start_offset"] = start_offset
+        res = conn.execute(frontier.update().where(frontier.c.pipeline == pipeline, frontier.c.topic == tp.topic,
+                                                   frontier.c.partition == tp.partition,
+                                                   frontier.c.next_offset == expected).values(**values))
+        if res.rowcount != 1:
+            raise StaleCommitError(f"pipeline {pipeline}: the frontier of {tp} is no longer {expected}; nothing was "
+                                   f"changed. Look at 'offsetbatch status {pipeline}' and retry.")
+
+    @staticmethod
+    def set_status(conn: sa.Connection, pipeline: str, batch_ids: list[int], status: str, from_status: str) -> None:
+        if batch_ids:
+            conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id.in_(batch_ids),
+                                                batches.c.status == from_status).values(status=status))
+
+    @staticmethod
+    def mark_superseded_by(conn: sa.Connection, pipeline: str, batch_id: int, by: int) -> None:
+        conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+                     .values(superseded_by=by))
+
+    @staticmethod
+    def superseded_by(conn: sa.Connection, pipeline: str, batch_id: int) -> list[int]:
+        """Batches whose output ``batch_id`` replaces once it is published."""
+        return list(conn.execute(sa.select(batches.c.batch_id).where(
+            batches.c.pipeline == pipeline, batches.c.superseded_by == batch_id)).scalars())
 
     @staticmethod
     def next_batch_id(conn: sa.Connection, pipeline: str) -> int:
@@ -184,13 +275,19 @@ class Ledger:
 
     def insert_batch(self, conn: sa.Connection, pipeline: str, kind: str, planned: list[OffsetRange], *,
                      dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
-                     output_path: str) -> Batch:
+                     output_path: str, target: Batch | None = None) -> Batch:
+        """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's."""
         batch_id = self.next_batch_id(conn, pipeline)
         conn.execute(batches.insert().values(
             pipeline=pipeline, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
             data_interval_start=interval[0], data_interval_end=interval[1], planned_at=eng.now(),
-            output_path=output_path,
+            output_path=output_path, target_batch_id=target.batch_id if target else None,
         ))
+        if target is not None:
+            planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset) for r in target.ranges]
+            self.event(conn, pipeline, "batch_planned", {"kind": kind, "run_id": run_id, "replays": target.batch_id,
+                                                         "records": sum(r.size for r in planned)}, batch_id)
+            return Batch(pipeline, batch_id, kind, "planned", planned, run_id, dag_id, target_batch_id=target.batch_id)
         if planned:
             conn.execute(ranges.insert(), [
                 dict(pipeline=pipeline, batch_id=batch_id, topic=r.topic, partition=r.partition,
@@ -225,7 +322,7 @@ class Ledger:
                     f"{r.topic}/{r.partition}, but the frontier is now {actual}; another run moved it. Nothing was "
                     f"committed. Re-run the DAG: the planner will re-plan from the current frontier."
                 )
-        for tp, st in range_stats.items():
+        for tp, st in (range_stats.items() if batch.target_batch_id is None else ()):
             conn.execute(ranges.update().where(ranges.c.pipeline == batch.pipeline, ranges.c.batch_id == batch.batch_id,
                                                ranges.c.topic == tp.topic, ranges.c.partition == tp.partition)
                          .values(rows_read=st.get("rows"), rows_rejected=st.get("rejected")))

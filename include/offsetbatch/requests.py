@@ -1,0 +1,191 @@
+"""What a DAG run was asked to do: the trigger form's ``params`` (and Airflow backfills) parsed into a
+``RunRequest``, with every malformed value rejected before anything is changed.
+
+    mode next      read from the frontier (scheduled runs, and the default)
+    mode replay    re-execute recorded batches: a time window [replay_start, replay_end) or batch_ids
+    mode reset     move the frontier: reset_to = earliest | latest | ISO timestamp | {"topic": {"0": 123}}
+    backfill       an Airflow backfill run: replay/backfill its own data interval (no input needed)
+
+Checks that need Kafka or the ledger (unknown topic, offset outside the log, unknown batch) live in
+``offsetbatch.reset`` and ``offsetbatch.replay``; this module checks shape only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from offsetbatch.errors import RequestError
+from offsetbatch.model import TopicPartition
+
+Mode = Literal["next", "replay", "reset", "backfill"]
+MODES = ("next", "replay", "reset")
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where a reset moves the frontier."""
+
+    kind: Literal["earliest", "latest", "timestamp", "offsets"]
+    timestamp: datetime | None = None
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.kind == "timestamp":
+            return f"timestamp {self.timestamp.isoformat()}"
+        if self.kind == "offsets":
+            return "offsets " + ", ".join(f"{tp}@{o}" for tp, o in sorted(self.offsets.items()))
+        return self.kind
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    mode: Mode = "next"
+    window: tuple[datetime, datetime] | None = None
+    batch_ids: tuple[int, ...] = ()
+    reset_to: ResetTarget | None = None
+    dry_run: bool = True
+    allow_rewind: bool = False
+    reason: str | None = None
+    actor: str | None = None
+
+
+def parse_time(pipeline: str, name: str, value: Any) -> datetime:
+    """An ISO-8601 timestamp with a timezone (a naive one is ambiguous across Airflow and Kafka)."""
+    if isinstance(value, datetime):
+        ts = value
+    else:
+        try:
+            ts = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise RequestError(f"pipeline {pipeline}: {name} {value!r} is not an ISO-8601 timestamp "
+                               f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.") from None
+    if ts.tzinfo is None:
+        raise RequestError(f"pipeline {pipeline}: {name} {value!r} has no timezone; add one "
+                           f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.")
+    return ts
+
+
+def parse_reset_target(pipeline: str, value: Any) -> ResetTarget:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise RequestError(f"pipeline {pipeline}: mode reset needs reset_to: earliest, latest, an ISO timestamp, "
+                           f"or JSON {{\"topic\": {{\"partition\": offset}}}}. Nothing was changed.")
+    if isinstance(value, str) and value.strip() in ("earliest", "latest"):
+        return ResetTarget(value.strip())
+    if isinstance(value, dict) or (isinstance(value, str) and value.strip().startswith("{")):
+        return ResetTarget("offsets", offsets=_parse_offsets(pipeline, value))
+    return ResetTarget("timestamp", timestamp=parse_time(pipeline, "reset_to", value))
+
+
+def _parse_offsets(pipeline: str, value: Any) -> dict[TopicPartition, int]:
+    shape = 'JSON {"topic": {"partition": offset}}, e.g. {"events": {"0": 1200, "1": 1180}}'
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"pipeline {pipeline}: reset_to is malformed JSON ({exc.msg} at character {exc.pos}); "
+                               f"expected {shape}. Nothing was changed.") from None
+    if not isinstance(value, dict) or not value:
+        raise RequestError(f"pipeline {pipeline}: reset_to must be {shape}. Nothing was changed.")
+    out: dict[TopicPartition, int] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, dict) or not parts:
+            raise RequestError(f"pipeline {pipeline}: reset_to[{topic!r}] must map partitions to offsets ({shape}). "
+                               f"Nothing was changed.")
+        for part, offset in parts.items():
+            try:
+                p = int(part)
+            except (TypeError, ValueError):
+                raise RequestError(f"pipeline {pipeline}: reset_to[{topic!r}] has partition {part!r}, not a number. "
+                                   f"Nothing was changed.") from None
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise RequestError(f"pipeline {pipeline}: reset_to[{topic!r}][{part!r}] = {offset!r} is not an "
+                                   f"offset (a non-negative integer). Nothing was changed.")
+            out[TopicPartition(topic, p)] = offset
+    return out
+
+
+def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
+    if value in (None, "", []):
+        return ()
+    items = value if isinstance(value, list) else str(value).replace(",", " ").split()
+    ids = []
+    for item in items:
+        try:
+            n = int(item)
+        except (TypeError, ValueError):
+            raise RequestError(f"pipeline {pipeline}: batch_ids has {item!r}, not a batch id. Nothing was changed.") from None
+        if n <= 0:
+            raise RequestError(f"pipeline {pipeline}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
+        ids.append(n)
+    return tuple(sorted(set(ids)))
+
+
+def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
+                interval: tuple[datetime | None, datetime | None] = (None, None), actor: str | None = None) -> RunRequest:
+    """The request of one DAG run. An Airflow backfill run always backfills its data interval."""
+    params = params or {}
+    if run_type == "backfill":
+        if interval[0] is None or interval[1] is None:
+            raise RequestError(f"pipeline {pipeline}: a backfill run without a data interval cannot be planned")
+        return RunRequest("backfill", window=(interval[0], interval[1]), actor=actor, reason="airflow backfill")
+    mode = params.get("mode") or "next"
+    if mode not in MODES:
+        raise RequestError(f"pipeline {pipeline}: mode {mode!r} is not one of {', '.join(MODES)}. Nothing was changed.")
+    common = dict(actor=actor, reason=params.get("reason") or None)
+    if mode == "next":
+        return RunRequest("next", **common)
+    if mode == "replay":
+        start, end, ids = params.get("replay_start"), params.get("replay_end"), _batch_ids(pipeline, params.get("batch_ids"))
+        if ids and (start or end):
+            raise RequestError(f"pipeline {pipeline}: give replay either batch_ids or a window "
+                               f"(replay_start/replay_end), not both. Nothing was changed.")
+        if ids:
+            return RunRequest("replay", batch_ids=ids, **common)
+        if not (start and end):
+            raise RequestError(f"pipeline {pipeline}: mode replay needs batch_ids, or both replay_start and "
+                               f"replay_end. Nothing was changed.")
+        s, e = parse_time(pipeline, "replay_start", start), parse_time(pipeline, "replay_end", end)
+        if e <= s:
+            raise RequestError(f"pipeline {pipeline}: replay window end {e.isoformat()} is not after its start "
+                               f"{s.isoformat()}. Nothing was changed.")
+        return RunRequest("replay", window=(s, e), **common)
+    dry = params.get("dry_run", True)
+    if not isinstance(dry, bool):
+        raise RequestError(f"pipeline {pipeline}: dry_run must be true or false, not {dry!r}. Nothing was changed.")
+    return RunRequest("reset", reset_to=parse_reset_target(pipeline, params.get("reset_to")), dry_run=dry,
+                      allow_rewind=bool(params.get("allow_rewind", False)), **common)
+
+
+def dag_params() -> dict:
+    """The DAG's ``params``: Airflow 3.3 renders them as the Trigger DAG form, with these descriptions."""
+    from airflow.sdk import Param
+
+    return {
+        "mode": Param("next", type="string", enum=list(MODES), title="Mode",
+                      description="next: read from the frontier (what scheduled runs do). replay: re-execute "
+                                  "recorded batches (same offsets, today's code) and replace their output. reset: "
+                                  "move the frontier (audited)."),
+        "replay_start": Param(None, type=["null", "string"], title="Replay: window start",
+                              description="replay only: ISO timestamp with timezone, inclusive "
+                                          "(e.g. 2026-11-20T13:00:00+00:00). Batches holding records of "
+                                          "[start, end) are re-executed."),
+        "replay_end": Param(None, type=["null", "string"], title="Replay: window end",
+                            description="replay only: ISO timestamp with timezone, exclusive; must be after the start."),
+        "batch_ids": Param(None, type=["null", "string"], title="Replay: batch ids",
+                           description="replay only, instead of a window: comma-separated ids, e.g. 3,4,7."),
+        "reset_to": Param(None, type=["null", "string"], title="Reset: target",
+                          description='reset only: earliest | latest | ISO timestamp with timezone | JSON '
+                                      '{"topic": {"partition": offset}} (listed partitions only).'),
+        "dry_run": Param(True, type="boolean", title="Reset: dry run",
+                         description="reset only: show what would move and change nothing (default). "
+                                     "Untick to apply."),
+        "allow_rewind": Param(False, type="boolean", title="Reset: allow rewinding over committed batches",
+                              description="reset only: moving the frontier back over committed batches marks them "
+                                          "superseded; their output is replaced when the next runs read the "
+                                          "offsets again (never duplicated)."),
+        "reason": Param(None, type=["null", "string"], title="Reason",
+                        description="Free text kept in the ledger's audit log with who triggered the run."),
+    }
