@@ -199,8 +199,8 @@ class AirflowServices:
 
     def runs(self, dag_id: str) -> list[dict]:
         out = self.airflow("dags", "list-runs", dag_id, "-o", "json").stdout
-        start = out.find("[")
-        return json.loads(out[start:]) if start >= 0 else []
+        lines = [line for line in out.splitlines() if line.startswith("[{") or line == "[]"]
+        return json.loads(lines[-1]) if lines else []
 
     def wait_for_runs(self, dag_id: str, count: int, timeout_s: float = 600) -> list[dict]:
         """Wait until ``count`` runs exist and none is queued or running; returns them."""

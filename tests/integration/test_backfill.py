@@ -9,7 +9,7 @@ history re-runs exactly, from the offsets the ledger recorded (DESIGN.md §4).
 
 from __future__ import annotations
 
-import threading
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -36,14 +36,25 @@ def _versions(p, batch_id: int) -> set:
     return set(t.column("transform_version").to_pylist()) if "transform_version" in t.column_names else {None}
 
 
+def _scheduled_pipeline(make_pipeline, services, **overrides):
+    """A pipeline the scheduler may run, with a start date in the future so that unpausing it
+    creates no scheduled runs of its own (backfills ignore the start date). It stays paused while
+    the test sets it up with in-process runs (``dag.test``), which the scheduler would otherwise
+    pick up too."""
+    p = make_pipeline(airflow={"retries": 0, "start_date": "2030-01-01T00:00:00+00:00"}, **overrides)
+    p.register()
+    return p
+
+
 def _backfill(services, p, start: datetime, end: datetime) -> list[dict]:
     """``airflow backfill create`` over logical dates [start, end] and wait for its runs."""
+    services.airflow("dags", "unpause", p.dag_id)
     before = len(services.runs(p.dag_id))
     services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", start.isoformat(),
                      "--to-date", end.isoformat(), "--reprocess-behavior", "completed")
     hours = int((end - start) / H) + 1
     runs = services.wait_for_runs(p.dag_id, before + hours)
-    return [r for r in runs if r["run_type"] == "backfill"]
+    return [r for r in runs if r["run_id"].startswith("backfill__")]
 
 
 def _plan_log(services, p, run_id: str) -> str:
@@ -60,8 +71,7 @@ def _hourly(p, hours: int, start: datetime) -> None:
 
 
 def test_backfill_of_covered_hours_replays_their_batches_with_the_new_transform(make_pipeline, airflow_services):
-    p = make_pipeline()
-    p.register()
+    p = _scheduled_pipeline(make_pipeline, airflow_services)
     _hourly(p, 3, BASE)
     before = {b.batch_id: b for b in p.ledger.list_batches(p.name)}
     frontier = p.ledger.frontier_rows(p.name)
@@ -84,8 +94,7 @@ def test_backfill_of_covered_hours_replays_their_batches_with_the_new_transform(
 
 def test_backfill_of_never_processed_history_plans_new_batches(make_pipeline, airflow_services):
     # The pipeline starts reading at BASE+2h; the two hours before are history nobody read.
-    p = make_pipeline(starting_policy=(BASE + 2 * H).isoformat())
-    p.register()
+    p = _scheduled_pipeline(make_pipeline, airflow_services, starting_policy=(BASE + 2 * H).isoformat())
     for h in range(4):
         p.produce(500, start=BASE + h * H, hours=1, partitions=2)
     first = p.run(None)
@@ -108,8 +117,7 @@ def test_backfill_of_never_processed_history_plans_new_batches(make_pipeline, ai
 
 
 def test_backfill_after_the_frontier_is_refused(make_pipeline, airflow_services):
-    p = make_pipeline()
-    p.register()
+    p = _scheduled_pipeline(make_pipeline, airflow_services)
     _hourly(p, 1, BASE)
     p.produce(400, start=BASE + 3 * H, hours=1, partitions=2)  # produced, not read yet
     snapshot = p.snapshot()
@@ -122,21 +130,21 @@ def test_backfill_after_the_frontier_is_refused(make_pipeline, airflow_services)
 
 
 def test_backfill_while_the_hourly_run_is_triggered(make_pipeline, airflow_services):
-    p = make_pipeline()
-    p.register()
+    p = _scheduled_pipeline(make_pipeline, airflow_services)
     _hourly(p, 2, BASE)
     p.produce(600, start=BASE + 2 * H, hours=1, partitions=2)  # the next hour, for the hourly run
 
-    hourly: dict = {}
-    t = threading.Thread(target=lambda: hourly.setdefault("out", p.run(None)))
-    before = len(airflow_services.runs(p.dag_id))
-    airflow_services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", BASE.isoformat(),
-                             "--to-date", (BASE + H).isoformat(), "--reprocess-behavior", "completed")
-    t.start()
-    runs = airflow_services.wait_for_runs(p.dag_id, before + 2)
-    t.join(timeout=600)
-    assert hourly["out"].ok, hourly["out"].output[-4000:]
-    assert all(r["state"] == "success" for r in runs if r["run_type"] == "backfill"), runs
+    services = airflow_services
+    services.airflow("dags", "unpause", p.dag_id)
+    before = len(services.runs(p.dag_id))
+    services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", BASE.isoformat(),
+                     "--to-date", (BASE + H).isoformat(), "--reprocess-behavior", "completed")
+    out = services.airflow("dags", "trigger", p.dag_id, "-o", "json").stdout  # the hourly run, during the backfill
+    triggered = json.loads([line for line in out.splitlines() if line.startswith("[{")][-1])[0]["dag_run_id"]
+    runs = services.wait_for_runs(p.dag_id, before + 3)
+    new = [r for r in runs if r["run_id"].startswith("backfill__") or r["run_id"] == triggered]
+    assert len(new) == 3, runs
+    assert all(r["state"] == "success" for r in runs), runs
 
     batches = p.ledger.list_batches(p.name)
     assert sorted(b.target_batch_id for b in batches if b.kind == "replay") == [1, 2]
