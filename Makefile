@@ -2,11 +2,12 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo test test-unit stack-up stack-down stack-wipe
+.PHONY: help setup demo test test-unit bench stack-up stack-down stack-wipe
 
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration)"
+	@echo "make bench   benchmarks (about 25 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
 
@@ -18,6 +19,9 @@ demo: setup
 
 test: setup
 	@. scripts/env.sh && scripts/run-tests.sh
+
+bench: setup
+	@. scripts/env.sh && python -m offsetbatch.bench $(BENCH_ARGS)
 
 test-unit: setup
 	@. scripts/env.sh && pytest -q tests/unit

@@ -134,14 +134,21 @@ class Pipeline:
 
 
 class AirflowServices:
-    """``airflow api-server`` + ``airflow scheduler`` as subprocesses (logs in ``root``)."""
+    """``airflow api-server`` + ``airflow scheduler`` as subprocesses (logs in ``root``), with
+    Airflow's simple auth manager and one admin user for REST calls."""
+
+    USER, PASSWORD = "admin", "offsetbatch-test"
 
     def __init__(self, env: dict, root: Path, port: int):
         import secrets
 
         self.root, self.port = root, port
         self.url = f"http://127.0.0.1:{port}"
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "passwords.json").write_text(json.dumps({self.USER: self.PASSWORD}))
         self.env = {**env,
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{self.USER}:admin",
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(root / "passwords.json"),
                     "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port),
                     "AIRFLOW__API__BASE_URL": self.url,
                     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
@@ -154,7 +161,12 @@ class AirflowServices:
         import time
         import urllib.request
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        import socket
+
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                raise RuntimeError(f"port {self.port} is taken (an Airflow API server left by an interrupted test "
+                                   f"session? 'pkill -f api_server'); the tests need it free")
         for cmd in (["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port)],
                     ["airflow", "scheduler"]):
             log = open(self.root / f"{cmd[1]}.log", "w")
@@ -190,6 +202,26 @@ class AirflowServices:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+    def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        """A call to Airflow's REST API with a token from ``/auth/token`` (user/password login)."""
+        import urllib.error
+        import urllib.request
+
+        def call(url: str, payload: dict | None, token: str | None = None) -> tuple[int, dict]:
+            req = urllib.request.Request(url, method=method if token else "POST",
+                                         data=json.dumps(payload).encode() if payload is not None else None,
+                                         headers={"Content-Type": "application/json",
+                                                  **({"Authorization": f"Bearer {token}"} if token else {})})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as resp:
+                    return resp.status, json.loads(resp.read() or b"{}")
+            except urllib.error.HTTPError as err:
+                return err.code, json.loads(err.read() or b"{}")
+
+        status, token = call(f"{self.url}/auth/token", {"username": self.USER, "password": self.PASSWORD})
+        assert status in (200, 201), token
+        return call(f"{self.url}{path}", body, token["access_token"])
 
     def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(["airflow", *args], env=self.env, capture_output=True, text=True, timeout=300)

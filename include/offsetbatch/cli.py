@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import shlex
 import subprocess
 import sys
@@ -38,6 +39,11 @@ EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 1, 2, 3
 
 class NotFound(LookupError):
     pass
+
+
+
+
+ERRORS: dict[type[Exception], int] = {}  # error type -> exit code (filled below NotFound)
 
 
 def _configs(args) -> dict[str, PipelineConfig]:
@@ -121,44 +127,23 @@ def cmd_batch(args, out: Console) -> int:
 def cmd_reset(args, out: Console) -> int:
     from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
     from offsetbatch.requests import RunRequest, parse_reset_target
-    from offsetbatch.reset import apply_reset, plan_reset
+    from offsetbatch.reset import run_reset
 
     cfg = _configs(args)[args.pipeline]
-    target = parse_reset_target(cfg.name, args.to)
-    req = RunRequest("reset", reset_to=target, dry_run=not args.apply, allow_rewind=args.allow_rewind,
-                     reason=args.reason, actor=f"cli:{getpass.getuser()}")
+    req = RunRequest("reset", reset_to=parse_reset_target(cfg.name, args.to), dry_run=not args.apply,
+                     allow_rewind=args.allow_rewind, reason=args.reason, actor=f"cli:{getpass.getuser()}")
     ledger = Ledger.for_config(cfg)
     try:
         with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
-            if req.dry_run:
-                with ledger.reading() as conn:
-                    plan = plan_reset(cfg, ledger, conn, kafka, target, req.allow_rewind)
-            else:
-                with ledger.lock(cfg.name) as conn:
-                    plan = plan_reset(cfg, ledger, conn, kafka, target, req.allow_rewind)
-                    apply_reset(ledger, conn, plan, req.actor, req.reason)
-                from offsetbatch.commit import publish_progress
-                publish_progress(cfg, ledger, kafka)
+            plan = run_reset(cfg, ledger, kafka, req)
     finally:
         ledger.dispose()
     if args.json:
         print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
-        return EXIT_OK
-    t = Table(title=f"{cfg.name}: reset to {plan.target} ({'APPLIED' if args.apply else 'dry run, nothing changed'})",
-              title_justify="left")
-    for col in ("topic/partition", "log start", "log end", "frontier", "new frontier", "move"):
-        t.add_column(col, justify="left" if col in ("topic/partition", "move") else "right")
-    for m in plan.moves:
-        note = m.direction + (f" (asked {m.requested}; batch boundary)" if m.requested != m.to else "")
-        t.add_row(str(m.tp), str(m.log_start), str(m.log_end), "" if m.frontier is None else str(m.frontier),
-                  str(m.to), note, style=None if m.direction == "unchanged" else "yellow")
-    out.print(t)
-    if plan.superseded:
-        out.print(f"superseded batches (output replaced when re-read): {', '.join(map(str, plan.superseded))}")
-    if plan.abandoned:
-        out.print(f"abandoned planned batches: {', '.join(map(str, plan.abandoned))}")
-    if not args.apply:
-        out.print("dry run: add --apply to move the frontier")
+    else:
+        out.print(report.reset_table(plan, applied=args.apply))
+        if not args.apply:
+            out.print("dry run: add --apply to move the frontier")
     return EXIT_OK
 
 
@@ -223,6 +208,10 @@ def cmd_doctor(args, out: Console) -> int:
     return EXIT_OK if all(c.ok for c in checks) else EXIT_UNREACHABLE
 
 
+ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError: EXIT_REFUSED,
+               KafkaError: EXIT_UNREACHABLE, LedgerError: EXIT_UNREACHABLE})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="offsetbatch", description="Operator view of offsetbatch pipelines.",
                                      epilog="exit codes: 0 ok, 1 Kafka/ledger unreachable, 2 bad config or usage, 3 not found")
@@ -265,23 +254,16 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
     out = Console(width=max(Console().width, 120))
+    # The client library logs each failed connection; the CLI reports failures itself, and stdout
+    # must stay clean for --json.
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         return args.func(args, out)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except NotFound as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except PipelineError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except KafkaError as exc:
-        print(f"error: Kafka: {type(exc).__name__}: {exc}. Is the broker up? ('offsetbatch doctor')", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except LedgerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+    except tuple(ERRORS) as exc:
+        code = next(c for kind, c in ERRORS.items() if isinstance(exc, kind))
+        hint = ". Is the broker up? ('offsetbatch doctor')" if isinstance(exc, KafkaError) else ""
+        print(f"error: {type(exc).__name__ + ': ' if hint else ''}{exc}{hint}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from offsetbatch.reset import ResetPlan
 from offsetbatch.status import PipelineStatus
 
 
@@ -44,3 +45,25 @@ def ranges_table(title: str, batches: list[dict]) -> Table:
             t.add_row(str(b["batch_id"]), f"{r['topic']}/{r['partition']}", str(r["from_offset"]),
                       str(r["until_offset"]), str(r["until_offset"] - r["from_offset"]))
     return t
+
+
+def reset_table(plan: ResetPlan, applied: bool) -> Table:
+    """Per partition: the log, the frontier and where the reset puts it (changes in yellow)."""
+    t = Table(title=f"{plan.pipeline}: reset to {plan.target} ({'APPLIED' if applied else 'dry run, nothing changed'})",
+              title_justify="left", caption=_reset_caption(plan), caption_justify="left")
+    for col in ("topic/partition", "log start", "log end", "frontier", "new frontier", "move"):
+        t.add_column(col, justify="left" if col in ("topic/partition", "move") else "right")
+    for m in plan.moves:
+        note = m.direction + (f" (asked {m.requested}; batch boundary)" if m.requested != m.to else "")
+        t.add_row(str(m.tp), str(m.log_start), str(m.log_end), "" if m.frontier is None else str(m.frontier),
+                  str(m.to), note, style=None if m.direction == "unchanged" else "yellow")
+    return t
+
+
+def _reset_caption(plan: ResetPlan) -> str:
+    parts = []
+    if plan.superseded:
+        parts.append(f"superseded batches (output replaced when re-read): {', '.join(map(str, plan.superseded))}")
+    if plan.abandoned:
+        parts.append(f"abandoned planned batches: {', '.join(map(str, plan.abandoned))}")
+    return "; ".join(parts)

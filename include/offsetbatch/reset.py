@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass, field
 
 import sqlalchemy as sa
 
+from offsetbatch.commit import publish_progress
 from offsetbatch.config import PipelineConfig
 from offsetbatch.errors import RequestError
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Gap, TopicPartition
-from offsetbatch.requests import ResetTarget
+from offsetbatch.requests import ResetTarget, RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +172,18 @@ def apply_reset(ledger: Ledger, conn: sa.Connection, plan: ResetPlan, actor: str
             ledger.move_frontier(conn, name, m.tp, m.frontier, m.to, start_offset=m.to if m.to < first else None)
     ledger.event(conn, name, "frontier_reset", {**plan.to_dict(), "reason": reason}, actor=actor)
     log.warning("%s (applied by %s: %s)", plan.describe(), actor or "unknown", reason or "no reason given")
+
+
+def run_reset(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, request: RunRequest) -> ResetPlan:
+    """A reset request end to end: a dry run reads only; otherwise plan and apply under the
+    pipeline lock, then publish the new frontier to the consumer group."""
+    if request.dry_run:
+        with ledger.reading() as conn:
+            plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+        log.info("DRY RUN (nothing changed; set dry_run false / --apply to apply): %s", plan.describe())
+        return plan
+    with ledger.lock(cfg.name) as conn:
+        plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+        apply_reset(ledger, conn, plan, request.actor, request.reason)
+    publish_progress(cfg, ledger, kafka)
+    return plan

@@ -11,7 +11,7 @@ import logging
 from datetime import datetime
 
 from offsetbatch import faults
-from offsetbatch.commit import commit_batch, publish_pending, publish_progress
+from offsetbatch.commit import commit_batch, publish_pending
 from offsetbatch.config import PipelineConfig
 from offsetbatch.jobspec import JobSpec
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
@@ -20,7 +20,7 @@ from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
 from offsetbatch.planner import RunInfo, plan_for_run
 from offsetbatch.requests import RunRequest, from_params
-from offsetbatch.reset import apply_reset, plan_reset
+from offsetbatch.reset import run_reset
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,7 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: dat
 
 def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest) -> dict:
     with _kafka(cfg) as kafka:
-        if request.dry_run:
-            with ledger.reading() as conn:
-                plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
-            log.info("DRY RUN (nothing changed; trigger again with dry_run false to apply): %s", plan.describe())
-        else:
-            with ledger.lock(cfg.name) as conn:
-                plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
-                apply_reset(ledger, conn, plan, request.actor, request.reason)
-            publish_progress(cfg, ledger, kafka)
+        plan = run_reset(cfg, ledger, kafka, request)
     return {"pipeline": cfg.name, "mode": "reset", "outcome": "dry_run" if request.dry_run else "reset",
             "needs_work": False, "batches": [], "reset": plan.to_dict()}
 

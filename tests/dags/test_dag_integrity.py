@@ -39,6 +39,20 @@ def test_dag_shape(bag):
         assert commit.outlets and commit.outlets[0].uri.endswith(cfg.sink.path)
 
 
+def test_trigger_form_params(bag):
+    """The Trigger DAG form: every field documented; defaults make a plain trigger a 'next' run and
+    a reset a dry run."""
+    for cfg in load_all().values():
+        params = bag.dags[cfg.dag_id].params
+        assert set(params) == {"mode", "replay_start", "replay_end", "batch_ids", "reset_to", "dry_run",
+                               "allow_rewind", "reason"}
+        for name in params:
+            param = params.get_param(name)
+            assert param.description and param.schema.get("title"), name
+        assert params["mode"] == "next" and params.get_param("mode").schema["enum"] == ["next", "replay", "reset"]
+        assert params["dry_run"] is True and params["allow_rewind"] is False
+
+
 def test_a_bad_config_is_an_import_error_naming_file_and_field(tmp_path):
     from airflow.dag_processing.dagbag import DagBag
 

@@ -46,12 +46,19 @@ def _scheduled_pipeline(make_pipeline, services, **overrides):
     return p
 
 
-def _backfill(services, p, start: datetime, end: datetime) -> list[dict]:
-    """``airflow backfill create`` over logical dates [start, end] and wait for its runs."""
+def _backfill(services, p, start: datetime, end: datetime, via: str = "cli") -> list[dict]:
+    """A backfill over logical dates [start, end] (``airflow backfill create``, or the REST API the
+    UI's Backfill dialog calls), then wait for its runs."""
     services.airflow("dags", "unpause", p.dag_id)
     before = len(services.runs(p.dag_id))
-    services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", start.isoformat(),
-                     "--to-date", end.isoformat(), "--reprocess-behavior", "completed")
+    if via == "rest":
+        status, body = services.rest("POST", "/api/v2/backfills", {
+            "dag_id": p.dag_id, "from_date": start.isoformat(), "to_date": end.isoformat(),
+            "reprocess_behavior": "completed", "max_active_runs": 2})
+        assert status == 200, body
+    else:
+        services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", start.isoformat(),
+                         "--to-date", end.isoformat(), "--reprocess-behavior", "completed")
     hours = int((end - start) / H) + 1
     runs = services.wait_for_runs(p.dag_id, before + hours)
     return [r for r in runs if r["run_id"].startswith("backfill__")]
@@ -122,7 +129,7 @@ def test_backfill_after_the_frontier_is_refused(make_pipeline, airflow_services)
     p.produce(400, start=BASE + 3 * H, hours=1, partitions=2)  # produced, not read yet
     snapshot = p.snapshot()
 
-    [run] = _backfill(airflow_services, p, BASE + 3 * H, BASE + 3 * H)
+    [run] = _backfill(airflow_services, p, BASE + 3 * H, BASE + 3 * H, via="rest")
     assert run["state"] == "failed"
     log = _plan_log(airflow_services, p, run["run_id"])
     assert "reaches records the pipeline has not read yet" in log and f"{p.topic}/0 offsets [" in log, log[-3000:]

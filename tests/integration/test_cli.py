@@ -61,3 +61,22 @@ def test_exit_codes(make_pipeline):
     (p.root / "broken.yaml").write_text("name: broken\n")
     res = _cli(p, "status")
     assert res.returncode == 2 and "broken.yaml" in res.stderr and "field 'kafka'" in res.stderr
+
+
+def test_doctor_reports_each_check_and_how_to_fix_it(make_pipeline):
+    p = make_pipeline()
+    p.produce(10, start=BASE, hours=1, partitions=1)
+    res = _cli(p, "--json", "doctor")
+    checks = {c["name"]: c for c in json.loads(res.stdout)}
+    assert res.returncode == 0, res.stdout
+    assert {"java", "pyspark", "spark kafka connector", "airflow connection spark_default",
+            "airflow connection kafka_default", f"{p.name}: kafka", f"{p.name}: ledger"} <= set(checks)
+    assert "1 partition(s)" in checks[f"{p.name}: kafka"]["detail"]
+
+    dead = {**p.env, "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka",
+                                                                "extra": {"bootstrap.servers": "127.0.0.1:1"}})}
+    res = subprocess.run(["offsetbatch", "--pipelines", str(p.root), "--json", "doctor"], env=dead,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1
+    failed = {c["name"]: c for c in json.loads(res.stdout) if not c["ok"]}
+    assert set(failed) == {f"{p.name}: kafka"} and "start the broker" in failed[f"{p.name}: kafka"]["fix"]

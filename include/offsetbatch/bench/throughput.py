@@ -1,0 +1,158 @@
+"""Throughput over the same offset ranges and Spark settings: the raw read, the batch job, the whole
+DAG run and the Structured Streaming peer. Each Spark measurement is one ``spark-submit``, timed
+from outside (wall) and from inside (after the Spark session is up); the peak RSS of the driver
+JVM is sampled every 100 ms."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from offsetbatch.bench.dataset import Dataset
+from offsetbatch.devstack.artifacts import spark_connector_jars
+from offsetbatch.jobspec import JobSpec, Manifest
+from offsetbatch.layout import TableLayout
+from offsetbatch.paths import PROJECT_ROOT
+
+SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE, session STRING"
+TRANSFORM = "SELECT event_id, kind, user_id, page, event_time, amount, kafka_partition, kafka_offset FROM records"
+JOBS = PROJECT_ROOT / "jobs"
+
+
+@dataclass
+class Sample:
+    """One measurement: seconds inside the application (Spark up) and wall seconds, peak driver RSS."""
+
+    seconds: float
+    wall: float
+    peak_rss_mb: float | None
+    records: int
+
+
+def spark_conf(driver_memory: str) -> dict[str, str]:
+    """The Spark settings every measurement (and the benchmark pipeline's DAG run) uses."""
+    return {"spark.driver.memory": driver_memory, "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "8",
+            "spark.driver.bindAddress": "127.0.0.1"}
+
+
+def job_spec(ds: Dataset, bootstrap: str, table: str) -> JobSpec:
+    return JobSpec(pipeline="bench", batch_id=1, bootstrap=bootstrap,
+                   ranges=[{"topic": tp.topic, "partition": tp.partition, "from_offset": a, "until_offset": b,
+                            "frontier_before": a} for tp, (a, b) in sorted(ds.ranges.items())],
+                   table=table, value_format="json", schema_ddl=SCHEMA, required=["event_id", "kind", "event_time"],
+                   transform_sql=TRANSFORM, transform_python=None, event_time_column="event_time",
+                   isolation_level="read_uncommitted", records_per_task=2_000_000)
+
+
+def _watch_rss(proc: subprocess.Popen, peak: list[float], stop: threading.Event) -> None:
+    try:
+        root = psutil.Process(proc.pid)
+    except psutil.NoSuchProcess:
+        return
+    while not stop.is_set():
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                if p.name() == "java":
+                    peak[0] = max(peak[0], p.memory_info().rss / 2**20)
+        except psutil.Error:
+            pass
+        stop.wait(0.1)
+
+
+def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path) -> tuple[float, float, str]:
+    """(wall seconds, peak driver RSS in MiB, output) of one spark-submit in local[*] with the connector."""
+    cmd = [shutil.which("spark-submit") or "spark-submit", "--master", "local[*]",
+           "--jars", ",".join(spark_connector_jars())]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    cmd += [str(app), *args]
+    env = {**os.environ, "PYTHONPATH": f"{JOBS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    peak, stop = [0.0], threading.Event()
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, text=True, env=env)
+        watcher = threading.Thread(target=_watch_rss, args=(proc, peak, stop), daemon=True)
+        watcher.start()
+        stdout, _ = proc.communicate()
+    wall = time.monotonic() - t0
+    stop.set()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{app.name} {' '.join(args)} failed with exit {proc.returncode}; see {log}")
+    return wall, peak[0] or None, stdout
+
+
+def _bench_line(stdout: str) -> dict:
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
+
+
+def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
+    wall, rss, out = spark_submit(JOBS / "bench_spark.py", ["raw", "--spec", spec_uri], conf, work / f"raw-{rep}.log")
+    r = _bench_line(out)
+    return Sample(r["seconds"], wall, rss, r["records"])
+
+
+def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int) -> Sample:
+    table = work / f"job-{rep}" / "table"
+    shutil.rmtree(table.parent, ignore_errors=True)
+    spec = job_spec(ds, bootstrap, str(table))
+    uri = TableLayout(str(table)).spec(1)
+    spec.save(uri)
+    wall, rss, _ = spark_submit(JOBS / "offsetbatch_job.py", ["--spec", uri, "--attempt", "bench"], conf,
+                                work / f"job-{rep}.log")
+    m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
+    shutil.rmtree(table.parent, ignore_errors=True)
+    return Sample(m.job_seconds, wall, rss, m.rows_in)
+
+
+def peer(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
+    out, ckpt = work / f"peer-{rep}" / "table", work / f"peer-{rep}" / "checkpoint"
+    shutil.rmtree(out.parent, ignore_errors=True)
+    wall, rss, stdout = spark_submit(JOBS / "bench_spark.py", ["peer", "--spec", spec_uri, "--out", str(out),
+                                                               "--checkpoint", str(ckpt)], conf, work / f"peer-{rep}.log")
+    r = _bench_line(stdout)
+    shutil.rmtree(out.parent, ignore_errors=True)
+    return Sample(r["seconds"], wall, rss, r["records"])
+
+
+def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: str) -> tuple[Sample, dict]:
+    """``airflow dags test`` of the benchmark pipeline (plan + spark-submit + commit) on a fresh
+    ledger and table; returns the sample and the batch's ledger stats."""
+    import yaml
+
+    from offsetbatch.ledger import Ledger
+
+    root = work / f"dag-{rep}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    cfg = {"name": "bench", "kafka": {"conn_id": "kafka_default", "topics": [ds.topic]}, "starting_policy": "earliest",
+           "value": {"format": "json", "schema": SCHEMA, "required": ["event_id", "kind", "event_time"]},
+           "transform": {"sql": TRANSFORM}, "sink": {"path": str(root / "table"), "event_time_column": "event_time"},
+           "ledger": {"url": f"sqlite:///{root}/ledger.db"}, "spark": {"conf": spark_conf(driver_memory)},
+           "airflow": {"retries": 0}}
+    config = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "bench.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    (config.parent / "bench_dag.py").write_text(
+        "# Airflow DAG (benchmark)\nfrom offsetbatch.dag_factory import pipeline_dag\n\n"
+        f"dag = pipeline_dag({str(config)!r})\n")
+    t0 = time.monotonic()
+    proc = subprocess.run(["airflow", "dags", "test", "offsetbatch_bench"], env=env, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    (work / f"dag-{rep}.log").write_text(proc.stdout + proc.stderr)
+    ledger = Ledger(cfg["ledger"]["url"])
+    try:
+        batches = ledger.list_batches("bench")
+    finally:
+        ledger.dispose()
+    if proc.returncode != 0 or not batches or batches[0].status != "committed":
+        raise RuntimeError(f"the benchmark DAG run failed; see {work / f'dag-{rep}.log'}")
+    stats = batches[0].stats
+    shutil.rmtree(root, ignore_errors=True)
+    return Sample(wall, wall, None, stats["rows_in"]), stats
