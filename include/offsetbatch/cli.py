@@ -254,9 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
     out = Console(width=max(Console().width, 120))
-    # The client library logs each failed connection; the CLI reports failures itself, and stdout
-    # must stay clean for --json.
+    # stdout is for tables and --json only: the library's log lines go to stderr, and the Kafka
+    # client's per-connection errors are dropped (the CLI reports failures itself).
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    ours = logging.getLogger("offsetbatch")
+    ours.handlers, ours.propagate = [logging.StreamHandler(sys.stderr)], False
+    ours.setLevel(logging.INFO)
     try:
         return args.func(args, out)
     except tuple(ERRORS) as exc:
