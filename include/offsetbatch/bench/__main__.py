@@ -39,6 +39,7 @@ def _airflow_env(work: Path, bootstrap: str) -> dict:
            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]",
                                                      "extra": {"deploy-mode": "client"}})}
     env.pop("OFFSETBATCH_FAULTS", None)
+    (home / "airflow.db").unlink(missing_ok=True)  # fresh metadata: the DAG's Asset is registered anew
     subprocess.run(["airflow", "db", "migrate"], env=env, check=True, capture_output=True)
     return env
 

@@ -129,7 +129,7 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
 
     from offsetbatch.ledger import Ledger
 
-    root = work / f"dag-{rep}"
+    root = work / "dag"  # one sink path: it is the DAG's Asset URI, which must not change between runs
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     cfg = {"name": "bench", "kafka": {"conn_id": "kafka_default", "topics": [ds.topic]}, "starting_policy": "earliest",
