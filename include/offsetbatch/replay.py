@@ -130,7 +130,7 @@ def replay_targets(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, bat
             b = ledger.get_batch(cfg.name, b.target_batch_id, conn)
         if b.status != "committed":
             hint = {"planned": "it is not committed yet; clear its Airflow run instead",
-                    "superseded": f"a reset rewound over it; the next runs re-read its offsets",
+                    "superseded": "a reset rewound over it; the next runs re-read its offsets",
                     "abandoned": "it was abandoned by a reset"}.get(b.status, "")
             raise RequestError(f"pipeline {cfg.name}: batch {b.batch_id} is {b.status} and cannot be replayed: "
                                f"{hint}. Nothing was changed.")

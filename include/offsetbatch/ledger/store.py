@@ -18,6 +18,18 @@ from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 log = logging.getLogger(__name__)
 
 
+# Executemany statements of the commit: one round trip per call on SQLite, one client-side batch on
+# PostgreSQL, instead of one compiled statement per partition.
+_FRONTIER_CAS = (frontier.update()
+                 .where(frontier.c.topic == sa.bindparam("b_topic"),
+                        frontier.c.partition == sa.bindparam("b_partition"),
+                        frontier.c.next_offset == sa.bindparam("b_expected"))
+                 .values(next_offset=sa.bindparam("b_until")))
+_RANGE_STATS = (ranges.update()
+                .where(ranges.c.topic == sa.bindparam("b_topic"), ranges.c.partition == sa.bindparam("b_partition"))
+                .values(rows_read=sa.bindparam("b_rows"), rows_rejected=sa.bindparam("b_rejected")))
+
+
 class Ledger:
     """The offsets ledger of one database (any number of pipelines)."""
 
@@ -304,28 +316,18 @@ class Ledger:
         Raises ``StaleCommitError`` (and the caller's transaction rolls back, changing nothing) if
         any partition's frontier is not the one the batch was planned from."""
         t = eng.now()
-        for r in batch.ranges:
-            if r.frontier_before is None:
-                continue
-            res = conn.execute(
-                frontier.update()
-                .where(frontier.c.pipeline == batch.pipeline, frontier.c.topic == r.topic,
-                       frontier.c.partition == r.partition, frontier.c.next_offset == r.frontier_before)
-                .values(next_offset=r.until_offset, batch_id=batch.batch_id, updated_at=t)
-            )
-            if res.rowcount != 1:
-                actual = conn.execute(sa.select(frontier.c.next_offset).where(
-                    frontier.c.pipeline == batch.pipeline, frontier.c.topic == r.topic,
-                    frontier.c.partition == r.partition)).scalar()
-                raise StaleCommitError(
-                    f"pipeline {batch.pipeline}: batch {batch.batch_id} was planned from offset {r.frontier_before} of "
-                    f"{r.topic}/{r.partition}, but the frontier is now {actual}; another run moved it. Nothing was "
-                    f"committed. Re-run the DAG: the planner will re-plan from the current frontier."
-                )
-        for tp, st in (range_stats.items() if batch.target_batch_id is None else ()):
-            conn.execute(ranges.update().where(ranges.c.pipeline == batch.pipeline, ranges.c.batch_id == batch.batch_id,
-                                               ranges.c.topic == tp.topic, ranges.c.partition == tp.partition)
-                         .values(rows_read=st.get("rows"), rows_rejected=st.get("rejected")))
+        moves = [{"b_topic": r.topic, "b_partition": r.partition, "b_expected": r.frontier_before,
+                  "b_until": r.until_offset} for r in batch.ranges if r.frontier_before is not None]
+        if moves:  # one executemany (not a statement per partition); each row matches at most one PK
+            res = conn.execute(_FRONTIER_CAS.where(frontier.c.pipeline == batch.pipeline)
+                               .values(batch_id=batch.batch_id, updated_at=t), moves)
+            if res.rowcount != len(moves):
+                self._raise_stale(conn, batch)
+        stats_rows = [{"b_topic": tp.topic, "b_partition": tp.partition, "b_rows": st.get("rows"),
+                       "b_rejected": st.get("rejected")} for tp, st in range_stats.items()]
+        if stats_rows and batch.target_batch_id is None:  # a replay's target keeps its original stats
+            conn.execute(_RANGE_STATS.where(ranges.c.pipeline == batch.pipeline, ranges.c.batch_id == batch.batch_id),
+                         stats_rows)
         res = conn.execute(
             batches.update().where(batches.c.pipeline == batch.pipeline, batches.c.batch_id == batch.batch_id,
                                    batches.c.status == "planned")
@@ -334,6 +336,16 @@ class Ledger:
         if res.rowcount != 1:
             raise StaleCommitError(f"pipeline {batch.pipeline}: batch {batch.batch_id} is no longer 'planned'; nothing was committed")
         self.event(conn, batch.pipeline, "batch_committed", {k: v for k, v in stats.items() if v is not None}, batch.batch_id)
+
+    @staticmethod
+    def _raise_stale(conn: sa.Connection, batch: Batch) -> None:
+        now = Ledger.frontier(conn, batch.pipeline)
+        r = next(r for r in batch.ranges if r.frontier_before is not None and now.get(r.tp) != r.frontier_before)
+        raise StaleCommitError(
+            f"pipeline {batch.pipeline}: batch {batch.batch_id} was planned from offset {r.frontier_before} of "
+            f"{r.topic}/{r.partition}, but the frontier is now {now.get(r.tp)}; another run moved it. Nothing was "
+            f"committed. Re-run the DAG: the planner will re-plan from the current frontier."
+        )
 
     def count_attempt(self, pipeline: str, batch_id: int) -> None:
         with self.engine.begin() as conn:
