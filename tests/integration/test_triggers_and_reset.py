@@ -52,15 +52,15 @@ def test_invalid_trigger_values_fail_before_anything_changes(make_pipeline):
     _two_batches(p)
     digest, files = _ledger_digest(p), p.snapshot()["files"]
     end = p.ledger.frontier_now(p.name)
-    t0 = f"{p.topic}"
+    topic = p.topic
     cases = [
         ({"mode": "reset", "reset_to": json.dumps({"no-such-topic": {"0": 1}}), "dry_run": False},
          "names topic 'no-such-topic', which this pipeline does not read"),
-        ({"mode": "reset", "reset_to": json.dumps({t0: {"7": 1}}), "dry_run": False},
-         f"names partition {t0}/7, which does not exist"),
-        ({"mode": "reset", "reset_to": json.dumps({t0: {"0": max(end.values()) + 10_000}}), "dry_run": False},
+        ({"mode": "reset", "reset_to": json.dumps({topic: {"7": 1}}), "dry_run": False},
+         f"names partition {topic}/7, which does not exist"),
+        ({"mode": "reset", "reset_to": json.dumps({topic: {"0": max(end.values()) + 10_000}}), "dry_run": False},
          "is outside the log [earliest 0, end"),
-        ({"mode": "reset", "reset_to": '{"' + t0 + '": {"0": 12', "dry_run": False}, "reset_to is malformed JSON"),
+        ({"mode": "reset", "reset_to": '{"' + topic + '": {"0": 12', "dry_run": False}, "reset_to is malformed JSON"),
         ({"mode": "reset", "reset_to": "yesterday", "dry_run": False}, "reset_to 'yesterday' is not an ISO-8601 timestamp"),
         ({"mode": "replay", "replay_start": (BASE + 2 * H).isoformat(), "replay_end": BASE.isoformat()},
          "is not after its start"),
