@@ -2,12 +2,13 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo test test-unit bench stack-up stack-down stack-wipe
+.PHONY: help setup demo test test-unit bench bench-ui stack-up stack-down stack-wipe
 
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration)"
 	@echo "make bench   benchmarks (about 25 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
+	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
 
@@ -22,6 +23,9 @@ test: setup
 
 bench: setup
 	@. scripts/env.sh && python -m offsetbatch.bench $(BENCH_ARGS)
+
+bench-ui: setup
+	@. scripts/env.sh && python -m offsetbatch.bench.ui_pages $(BENCH_ARGS)
 
 test-unit: setup
 	@. scripts/env.sh && pytest -q tests/unit

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh machine, idempotently (a second run takes seconds):
 #   1. Debian packages: PostgreSQL server (production ledger option), docker-compose (schema check
-#      of docker-compose.yaml; no engine needed), Maven if missing.
+#      of docker-compose.yaml; no engine needed), Chromium (UI browser test), Maven if missing.
 #   2. .venv with the pinned Python tree (requirements.txt + constraints.txt), pyspark last.
 #   3. Kafka broker and Spark Kafka connector jars from Maven Central, cached in .cache/.
 #   4. Airflow metadata database (SQLite) in the project's Airflow home.
@@ -15,6 +15,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_pkgs+=(postgresql)
 command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)
 command -v mvn >/dev/null || need_pkgs+=(maven)
 command -v java >/dev/null || need_pkgs+=(openjdk-17-jre-headless)
+[ -x /usr/bin/chromium ] || need_pkgs+=(chromium)  # the UI plugin's browser test (headless)
 if ((${#need_pkgs[@]})); then
   log "installing Debian packages: ${need_pkgs[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

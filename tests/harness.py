@@ -134,12 +134,14 @@ class Pipeline:
 
 
 class AirflowServices:
-    """``airflow api-server`` + ``airflow scheduler`` as subprocesses (logs in ``root``), with
-    Airflow's simple auth manager and one admin user for REST calls."""
+    """``airflow api-server`` (+ ``airflow scheduler``) as subprocesses (logs in ``root``), with
+    Airflow's simple auth manager and one admin user for REST calls; ``auth=False`` is the simple
+    auth manager's all-admins mode (no login)."""
 
     USER, PASSWORD = "admin", "offsetbatch-test"
 
-    def __init__(self, env: dict, root: Path, port: int):
+    def __init__(self, env: dict, root: Path, port: int, scheduler: bool = True, auth: bool = True,
+                 extra_env: dict | None = None):
         import secrets
 
         self.root, self.port = root, port
@@ -154,7 +156,9 @@ class AirflowServices:
                     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
                     "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
                     "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "4",
-                    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2"}
+                    "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+                    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(not auth), **(extra_env or {})}
+        self.scheduler = scheduler
         self.procs: list[subprocess.Popen] = []
 
     def start(self, timeout_s: float = 180) -> None:
@@ -167,8 +171,10 @@ class AirflowServices:
             if probe.connect_ex(("127.0.0.1", self.port)) == 0:
                 raise RuntimeError(f"port {self.port} is taken (an Airflow API server left by an interrupted test "
                                    f"session? 'pkill -f api_server'); the tests need it free")
-        for cmd in (["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port)],
-                    ["airflow", "scheduler"]):
+        cmds = [["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port)]]
+        if self.scheduler:
+            cmds.append(["airflow", "scheduler"])
+        for cmd in cmds:
             log = open(self.root / f"{cmd[1]}.log", "w")
             self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
                                                start_new_session=True))
@@ -180,7 +186,7 @@ class AirflowServices:
             try:
                 with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as resp:
                     health = json.loads(resp.read())
-                if health.get("scheduler", {}).get("status") == "healthy":
+                if not self.scheduler or health.get("scheduler", {}).get("status") == "healthy":
                     return
             except OSError:
                 pass
@@ -202,6 +208,16 @@ class AirflowServices:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+
+    def token(self) -> str:
+        """A JWT from ``POST /auth/token`` (user/password login)."""
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.url}/auth/token", method="POST",
+                                     data=json.dumps({"username": self.USER, "password": self.PASSWORD}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read())["access_token"]
 
     def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         """A call to Airflow's REST API with a token from ``/auth/token`` (user/password login)."""

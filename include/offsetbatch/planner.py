@@ -181,6 +181,7 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
                 limits[r.tp] = min(limits.get(r.tp, r.from_offset), r.from_offset)
 
         offsets = kafka.offsets(frontier.keys(), run.cut_timestamp_ms)
+        lag = sum(max(offsets[tp].latest - frontier[tp], 0) for tp in frontier if tp in offsets)
         planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None,
                                     limits)
         for g in gaps:
@@ -193,9 +194,10 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
                      run.data_interval_end or "log end")
             return PlanResult("empty", [], gaps)
         batch = ledger.insert_batch(conn, name, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
-                                    interval=(run.data_interval_start, run.data_interval_end), output_path=output_path)
-        log.info("pipeline %s batch %d: planned for run %s, %d records: %s", name, batch.batch_id, run.run_id,
-                 batch.records, batch.describe_ranges())
+                                    interval=(run.data_interval_start, run.data_interval_end), output_path=output_path,
+                                    lag_at_plan=lag)
+        log.info("pipeline %s batch %d: planned for run %s, %d records (lag was %d): %s", name, batch.batch_id,
+                 run.run_id, batch.records, lag, batch.describe_ranges())
         return PlanResult("new", [batch], gaps)
 
 

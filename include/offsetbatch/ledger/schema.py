@@ -44,7 +44,11 @@ batches = sa.Table(
     # batch rewound over by a reset is ``superseded`` until ``superseded_by`` re-reads its ranges.
     sa.Column("target_batch_id", sa.BigInteger),
     sa.Column("superseded_by", sa.BigInteger),
+    # v3: records between the frontier and the log end when an incremental batch was planned (the
+    # lag-over-time chart of the UI), and an index for "last 24 h" figures.
+    sa.Column("lag_at_plan", sa.BigInteger),
     sa.Index("ix_ob_batches_status", "pipeline", "status"),
+    sa.Index("ix_ob_batches_committed", "pipeline", "committed_at"),
     sa.Index("ix_ob_batches_run", "pipeline", "run_id"),
     sa.Index("ix_ob_batches_target", "pipeline", "target_batch_id"),
 )
@@ -122,5 +126,12 @@ def _v2(conn: sa.Connection) -> None:
     next(i for i in batches.indexes if i.name == "ix_ob_batches_target").create(conn, checkfirst=True)
 
 
-MIGRATIONS = [_v1, _v2]
+def _v3(conn: sa.Connection) -> None:
+    """Lag history and the committed-at index (issue: Airflow UI plugin)."""
+    if "lag_at_plan" not in {c["name"] for c in sa.inspect(conn).get_columns("ob_batches")}:
+        conn.execute(sa.text("ALTER TABLE ob_batches ADD COLUMN lag_at_plan BIGINT"))
+    next(i for i in batches.indexes if i.name == "ix_ob_batches_committed").create(conn, checkfirst=True)
+
+
+MIGRATIONS = [_v1, _v2, _v3]
 LATEST = len(MIGRATIONS)

@@ -287,13 +287,14 @@ class Ledger:
 
     def insert_batch(self, conn: sa.Connection, pipeline: str, kind: str, planned: list[OffsetRange], *,
                      dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
-                     output_path: str, target: Batch | None = None) -> Batch:
-        """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's."""
+                     output_path: str, target: Batch | None = None, lag_at_plan: int | None = None) -> Batch:
+        """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's.
+        ``lag_at_plan``: records between the frontier and the log end at planning (the UI's lag history)."""
         batch_id = self.next_batch_id(conn, pipeline)
         conn.execute(batches.insert().values(
             pipeline=pipeline, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
             data_interval_start=interval[0], data_interval_end=interval[1], planned_at=eng.now(),
-            output_path=output_path, target_batch_id=target.batch_id if target else None,
+            output_path=output_path, target_batch_id=target.batch_id if target else None, lag_at_plan=lag_at_plan,
         ))
         if target is not None:
             planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset) for r in target.ranges]

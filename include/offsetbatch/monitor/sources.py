@@ -1,0 +1,100 @@
+"""What the UI reads from, shared by the requests of one API-server process: the pipeline configs
+(``OFFSETBATCH_PIPELINES``), one ``Ledger`` per database and one Kafka admin client per cluster.
+
+Opening a ledger engine or a Kafka client costs far more than a page's queries, so both are kept
+open; a Kafka client that fails is closed and reopened on the next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_installed
+from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+from offsetbatch.ledger import Ledger
+from offsetbatch.ledger.engine import url_from_connection
+from offsetbatch.status import pipeline_status
+
+log = logging.getLogger(__name__)
+
+
+class Sources:
+    def __init__(self, spec: str | None = None):
+        self._spec = spec
+        self._lock = threading.Lock()
+        self._configs: tuple[tuple, dict[str, PipelineConfig]] | None = None
+        self._ledgers: dict[str, Ledger] = {}
+        self._kafka: dict[str, tuple[KafkaSource, threading.Lock]] = {}
+
+    @property
+    def spec(self) -> str:
+        return self._spec if self._spec is not None else os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR))
+
+    def _stamp(self) -> tuple:
+        files = []
+        for entry in filter(None, self.spec.split(os.pathsep)):
+            p = Path(entry)
+            for f in (sorted(p.glob("*.y*ml")) if p.is_dir() else [p]):
+                try:
+                    files.append((str(f), f.stat().st_mtime_ns))
+                except OSError:
+                    files.append((str(f), None))
+        return self.spec, tuple(files)
+
+    def pipelines(self) -> dict[str, PipelineConfig]:
+        """The configs, re-read when a file changes (a new pipeline shows up without a restart)."""
+        stamp = self._stamp()
+        with self._lock:
+            if self._configs is None or self._configs[0] != stamp:
+                self._configs = (stamp, load_installed(self.spec))
+            return self._configs[1]
+
+    def by_dag_id(self, dag_id: str) -> PipelineConfig | None:
+        return next((c for c in self.pipelines().values() if c.dag_id == dag_id), None)
+
+    def ledger(self, cfg: PipelineConfig) -> Ledger:
+        url = cfg.ledger.url or url_from_connection(cfg.ledger.conn_id)
+        with self._lock:
+            if url not in self._ledgers:
+                self._ledgers[url] = Ledger(url)
+            return self._ledgers[url]
+
+    def status(self, cfg: PipelineConfig, ledger: Ledger) -> dict:
+        """Frontier vs. log end per partition (``status.pipeline_status``); Kafka trouble is reported, not raised."""
+        try:
+            bootstrap = bootstrap_from_connection(cfg.kafka.conn_id)
+        except Exception as exc:  # noqa: BLE001 - the ledger side is still worth showing
+            st = pipeline_status(cfg, ledger, None, batches=0)
+            st.kafka_error = f"connection '{cfg.kafka.conn_id}': {exc}"
+            return st.to_dict()
+        with self._lock:
+            entry = self._kafka.get(bootstrap)
+        try:
+            if entry is None:
+                entry = (KafkaSource(bootstrap, cfg.kafka.isolation_level), threading.Lock())
+                with self._lock:
+                    self._kafka[bootstrap] = entry
+            kafka, lock = entry
+            with lock:  # kafka-python's admin client is not meant for concurrent use
+                st = pipeline_status(cfg, ledger, kafka, batches=0)
+        except Exception as exc:  # noqa: BLE001
+            st = pipeline_status(cfg, ledger, None, batches=0)
+            st.kafka_error = f"{type(exc).__name__}: {exc}"
+        if st.kafka_error:
+            self._drop_kafka(bootstrap)
+        out = st.to_dict()
+        out["checked_at"] = time.time()
+        return out
+
+    def _drop_kafka(self, bootstrap: str) -> None:
+        with self._lock:
+            entry = self._kafka.pop(bootstrap, None)
+        if entry is not None:
+            try:
+                entry[0].close()
+            except Exception:  # noqa: BLE001 - already broken
+                log.debug("closing Kafka client of %s failed", bootstrap, exc_info=True)
