@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from offsetbatch.config import PipelineConfig
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger, LedgerLockTimeout, StaleCommitError
-from offsetbatch.ledger.schema import LATEST, schema_version
+from offsetbatch.ledger.schema import LATEST, ranges, schema_version
 from offsetbatch.model import OffsetRange, TopicPartition
 from offsetbatch.planner import RunInfo, plan_for_run
 from offsetbatch.sample.producer import produce
@@ -66,6 +66,39 @@ def test_a_stale_commit_fails_clearly_and_changes_nothing(ledger):
             ledger.commit_batch(conn, batch, {"rows_in": 100}, {})
     assert ledger.get_batch("p", 1).status == "planned"
     assert ledger.frontier_now("p") == {TopicPartition("t", 0): 40}
+
+
+def test_a_many_partition_commit_checks_every_partition_and_writes_every_range_stat(ledger):
+    """The bulk commit (one statement per table) refuses when any single partition moved, and
+    otherwise sets every frontier and every range's stats."""
+    tps = [TopicPartition(f"t{i % 3}", i) for i in range(300)]
+    stale = TopicPartition("t1", 250)
+    with ledger.lock("p") as conn:
+        ledger.start_partitions(conn, "p", {tp: 10 for tp in tps}, "earliest")
+        ledger.insert_batch(conn, "p", "incremental",
+                            [OffsetRange(tp.topic, tp.partition, 10, 20 + i, frontier_before=10) for i, tp in enumerate(tps)],
+                            dag_id="d", run_id="r1", interval=(None, None), output_path="/x")
+    batch = ledger.get_batch("p", 1)
+    stats = {tp: {"rows": i, "rejected": i % 2} for i, tp in enumerate(tps)}
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE ob_frontier SET next_offset = 11 WHERE pipeline = 'p' AND topic = 't1' AND partition = 250"))
+    with pytest.raises(StaleCommitError, match=r"planned from offset 10 of t1/250, but the frontier is now 11"):
+        with ledger.lock("p") as conn:
+            ledger.commit_batch(conn, batch, {"rows_in": 1}, stats)
+    assert ledger.frontier_now("p") == {tp: 11 if tp == stale else 10 for tp in tps}
+    assert ledger.get_batch("p", 1).status == "planned"
+
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE ob_frontier SET next_offset = 10 WHERE pipeline = 'p' AND topic = 't1' AND partition = 250"))
+    with ledger.lock("p") as conn:
+        ledger.commit_batch(conn, batch, {"rows_in": 1}, stats)
+    assert ledger.frontier_now("p") == {tp: 20 + i for i, tp in enumerate(tps)}
+    assert {r["batch_id"] for r in ledger.frontier_rows("p")} == {1}
+    with ledger.reading() as conn:
+        rows = conn.execute(sa.select(ranges.c.topic, ranges.c.partition, ranges.c.rows_read, ranges.c.rows_rejected)
+                            .where(ranges.c.pipeline == "p")).all()
+    assert {TopicPartition(r.topic, r.partition): (r.rows_read, r.rows_rejected) for r in rows} == \
+        {tp: (s["rows"], s["rejected"]) for tp, s in stats.items()}
 
 
 def test_the_pipeline_lock_serializes_and_times_out_with_a_clear_message(ledger):

@@ -18,8 +18,20 @@ from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 log = logging.getLogger(__name__)
 
 
-# Executemany statements of the commit: one round trip per call on SQLite, one client-side batch on
-# PostgreSQL, instead of one compiled statement per partition.
+# The commit's per-partition updates. SQLite: one executemany (calls into the library, no network).
+# PostgreSQL: psycopg2's executemany is a round trip per row, so one statement per table over
+# ``unnest`` of four arrays: one round trip, compiled once, and its rowcount still proves that every
+# partition's compare-and-set matched.
+_PG_FRONTIER_CAS = sa.text(
+    "UPDATE ob_frontier AS f SET next_offset = v.until_offset, batch_id = :batch_id, updated_at = :t "
+    "FROM unnest(CAST(:topics AS text[]), CAST(:parts AS integer[]), CAST(:expected AS bigint[]), "
+    "CAST(:untils AS bigint[])) AS v(topic, part, expected, until_offset) "
+    "WHERE f.pipeline = :pipeline AND f.topic = v.topic AND f.partition = v.part AND f.next_offset = v.expected")
+_PG_RANGE_STATS = sa.text(
+    "UPDATE ob_ranges AS r SET rows_read = v.rows_read, rows_rejected = v.rows_rejected "
+    "FROM unnest(CAST(:topics AS text[]), CAST(:parts AS integer[]), CAST(:rows AS bigint[]), "
+    "CAST(:rejected AS bigint[])) AS v(topic, part, rows_read, rows_rejected) "
+    "WHERE r.pipeline = :pipeline AND r.batch_id = :batch_id AND r.topic = v.topic AND r.partition = v.part")
 _FRONTIER_CAS = (frontier.update()
                  .where(frontier.c.topic == sa.bindparam("b_topic"),
                         frontier.c.partition == sa.bindparam("b_partition"),
@@ -319,16 +331,29 @@ class Ledger:
         t = eng.now()
         moves = [{"b_topic": r.topic, "b_partition": r.partition, "b_expected": r.frontier_before,
                   "b_until": r.until_offset} for r in batch.ranges if r.frontier_before is not None]
-        if moves:  # one executemany (not a statement per partition); each row matches at most one PK
-            res = conn.execute(_FRONTIER_CAS.where(frontier.c.pipeline == batch.pipeline)
-                               .values(batch_id=batch.batch_id, updated_at=t), moves)
-            if res.rowcount != len(moves):
+        pg = conn.dialect.name == "postgresql"
+        if moves:  # each row matches at most one primary key: rowcount == moves means every CAS held
+            if pg:
+                done = conn.execute(_PG_FRONTIER_CAS, {
+                    "topics": [m["b_topic"] for m in moves], "parts": [m["b_partition"] for m in moves],
+                    "expected": [m["b_expected"] for m in moves], "untils": [m["b_until"] for m in moves],
+                    "batch_id": batch.batch_id, "t": t, "pipeline": batch.pipeline}).rowcount
+            else:
+                done = conn.execute(_FRONTIER_CAS.where(frontier.c.pipeline == batch.pipeline)
+                                    .values(batch_id=batch.batch_id, updated_at=t), moves).rowcount
+            if done != len(moves):
                 self._raise_stale(conn, batch)
         stats_rows = [{"b_topic": tp.topic, "b_partition": tp.partition, "b_rows": st.get("rows"),
                        "b_rejected": st.get("rejected")} for tp, st in range_stats.items()]
         if stats_rows and batch.target_batch_id is None:  # a replay's target keeps its original stats
-            conn.execute(_RANGE_STATS.where(ranges.c.pipeline == batch.pipeline, ranges.c.batch_id == batch.batch_id),
-                         stats_rows)
+            if pg:
+                conn.execute(_PG_RANGE_STATS, {
+                    "topics": [r["b_topic"] for r in stats_rows], "parts": [r["b_partition"] for r in stats_rows],
+                    "rows": [r["b_rows"] for r in stats_rows], "rejected": [r["b_rejected"] for r in stats_rows],
+                    "pipeline": batch.pipeline, "batch_id": batch.batch_id})
+            else:
+                conn.execute(_RANGE_STATS.where(ranges.c.pipeline == batch.pipeline, ranges.c.batch_id == batch.batch_id),
+                             stats_rows)
         res = conn.execute(
             batches.update().where(batches.c.pipeline == batch.pipeline, batches.c.batch_id == batch.batch_id,
                                    batches.c.status == "planned")
@@ -340,8 +365,18 @@ class Ledger:
 
     @staticmethod
     def _raise_stale(conn: sa.Connection, batch: Batch) -> None:
-        now = Ledger.frontier(conn, batch.pipeline)
-        r = next(r for r in batch.ranges if r.frontier_before is not None and now.get(r.tp) != r.frontier_before)
+        """Name a partition another run moved. Runs inside the failed commit's transaction (rolled
+        back after), where the partitions whose CAS did match already show this batch's offsets."""
+        rows = {TopicPartition(r.topic, r.partition): r for r in
+                conn.execute(sa.select(frontier).where(frontier.c.pipeline == batch.pipeline))}
+        now = {tp: row.next_offset for tp, row in rows.items()}
+
+        def moved(r: OffsetRange) -> bool:
+            row = rows.get(r.tp)
+            mine = row is not None and row.batch_id == batch.batch_id and row.next_offset == r.until_offset
+            return not mine and now.get(r.tp) != r.frontier_before
+
+        r = next(r for r in batch.ranges if r.frontier_before is not None and moved(r))
         raise StaleCommitError(
             f"pipeline {batch.pipeline}: batch {batch.batch_id} was planned from offset {r.frontier_before} of "
             f"{r.topic}/{r.partition}, but the frontier is now {now.get(r.tp)}; another run moved it. Nothing was "
