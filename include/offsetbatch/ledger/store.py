@@ -50,11 +50,14 @@ class Ledger:
         self.engine = eng.create_engine(url)
         eng.migrate(self.engine)
 
+    @staticmethod
+    def url_for(cfg) -> str:
+        """The database URL a pipeline config points at (``ledger.url`` or its Airflow connection)."""
+        return cfg.ledger.url or eng.url_from_connection(cfg.ledger.conn_id)
+
     @classmethod
     def for_config(cls, cfg) -> "Ledger":
-        """The ledger a pipeline config points at (``ledger.url`` or its Airflow connection)."""
-        url = cfg.ledger.url or eng.url_from_connection(cfg.ledger.conn_id)
-        return cls(url)
+        return cls(cls.url_for(cfg))
 
     def dispose(self) -> None:
         self.engine.dispose()

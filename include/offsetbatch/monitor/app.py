@@ -73,11 +73,13 @@ def create_app(sources: Sources | None = None) -> FastAPI:
             raise HTTPException(403, f"you may not read DAG {cfg.dag_id} (pipeline {name})")
         return cfg
 
-    def overview(cfg: PipelineConfig) -> dict:
+    def overview(cfg: PipelineConfig, lag: list[dict] | None = None) -> dict:
+        """``lag``: the lag history when the caller already has it (the rules need the last few points)."""
         ledger = src.ledger(cfg)
         status = src.status(cfg, ledger)
         summary = queries.summary(ledger, cfg.name)
-        lag = queries.lag_history(ledger, cfg.name, points=health.GROWING_RUNS + 1)
+        if lag is None:
+            lag = queries.lag_history(ledger, cfg.name, points=health.GROWING_RUNS + 1)
         state, findings = health.assess(status, summary, lag)
         lag_seconds = max((p["lag_seconds"] or 0 for p in status["partitions"]), default=0) \
             if all(p["lag_seconds"] is not None for p in status["partitions"]) else None
@@ -98,8 +100,9 @@ def create_app(sources: Sources | None = None) -> FastAPI:
 
     def detail(cfg: PipelineConfig, before: int | None, limit: int, points: int) -> dict:
         ledger = src.ledger(cfg)
-        out = overview(cfg)
-        out["lag_history"] = queries.lag_history(ledger, cfg.name, points)
+        lag = queries.lag_history(ledger, cfg.name, max(points, health.GROWING_RUNS + 1))
+        out = overview(cfg, lag)
+        out["lag_history"] = lag[-points:]
         out["gaps"] = queries.gap_rows(ledger, cfg.name)
         out["page"] = queries.batch_page(ledger, cfg.name, before, limit)
         queries.mark_gaps(out["page"]["batches"], out["gaps"])
@@ -151,8 +154,8 @@ def create_app(sources: Sources | None = None) -> FastAPI:
     @app.get("/api/pipelines/{name}")
     def api_pipeline(name: str, user: User, points: Annotated[int, Query(ge=1, le=2000)] = 200) -> dict:
         cfg = pipeline(name, user)
-        d = detail(cfg, None, PAGE, points)
-        d["last_batches"] = d.pop("page")["batches"][:10]
+        d = detail(cfg, None, 10, points)
+        d["last_batches"] = d.pop("page")["batches"]
         return d
 
     @app.get("/api/pipelines/{name}/batches")

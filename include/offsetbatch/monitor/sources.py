@@ -16,7 +16,6 @@ from pathlib import Path
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_installed
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
 from offsetbatch.ledger import Ledger
-from offsetbatch.ledger.engine import url_from_connection
 from offsetbatch.status import pipeline_status
 
 log = logging.getLogger(__name__)
@@ -57,7 +56,7 @@ class Sources:
         return next((c for c in self.pipelines().values() if c.dag_id == dag_id), None)
 
     def ledger(self, cfg: PipelineConfig) -> Ledger:
-        url = cfg.ledger.url or url_from_connection(cfg.ledger.conn_id)
+        url = Ledger.url_for(cfg)
         with self._lock:
             if url not in self._ledgers:
                 self._ledgers[url] = Ledger(url)
