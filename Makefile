@@ -22,10 +22,10 @@ test: setup
 	@. scripts/env.sh && scripts/run-tests.sh
 
 bench: setup
-	@. scripts/env.sh && python -m offsetbatch.bench $(BENCH_ARGS)
+	@. scripts/env.sh && python -m offsetbatch.dev.bench $(BENCH_ARGS)
 
 bench-ui: setup
-	@. scripts/env.sh && python -m offsetbatch.bench.ui_pages $(BENCH_ARGS)
+	@. scripts/env.sh && python -m offsetbatch.dev.bench.ui_pages $(BENCH_ARGS)
 
 test-unit: setup
 	@. scripts/env.sh && pytest -q tests/unit

@@ -19,8 +19,9 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from offsetbatch.formats import ERROR, FORMATS
 from offsetbatch.jobspec import JobSpec
-from offsetbatch_job import ERROR, parse, read_ranges, transform, with_metadata
+from offsetbatch_job import read_ranges, transform, with_metadata
 
 
 def raw(spark: SparkSession, spec: JobSpec) -> dict:
@@ -41,9 +42,9 @@ def peer(spark: SparkSession, spec: JobSpec, out: str, checkpoint: str) -> dict:
               .option("failOnDataLoss", "true")
               .option("includeHeaders", "true")
               .load())
-    parsed = parse(with_metadata(stream), spec)
+    parsed = FORMATS[spec.value_format].parse(with_metadata(stream), spec)
     good = parsed.where(F.col(ERROR).isNull()).drop(ERROR, "value")
-    out_df = transform(spark, good, spec).withColumn("event_date", F.to_date(F.col(spec.event_time_column)))
+    out_df = transform(spark, good, spec).withColumn("event_date", F.to_date(F.col(spec.sink["event_time_column"])))
     query = (out_df.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
              .partitionBy("event_date").trigger(availableNow=True).start())
     query.awaitTermination()

@@ -4,9 +4,10 @@
 
 It reads the ranges with Spark's Kafka source (``assign`` + per-partition ``startingOffsets`` /
 ``endingOffsets``, ``failOnDataLoss``), keeps Kafka metadata as ``kafka_*`` columns, parses values
-with the declared schema, routes malformed records to the rejected output, applies the transform
-and overwrites the batch's staging folder. The manifest, written last, says per range what was
-read; the commit task checks it. This job never touches the ledger.
+with the pipeline's value format (``offsetbatch.formats``), routes malformed records to the
+rejected output, applies the transform and hands both to the sink's job half
+(``offsetbatch.sinks``), which stages them in this attempt's own folder. The manifest, written
+last, says per range what was read; the commit task checks it. This job never touches the ledger.
 """
 
 from __future__ import annotations
@@ -27,16 +28,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from offsetbatch import faults, storage
+from offsetbatch.errors import OffsetbatchError
+from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.jobspec import JobSpec, Manifest, RangeReport
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks import sink_for
 
 log = logging.getLogger("offsetbatch.job")
-CORRUPT = "_corrupt_record"
-ERROR = "_error"
-META = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
 
 
-class OffsetOutOfPlanError(RuntimeError):
+class OffsetOutOfPlanError(OffsetbatchError):
     """Spark returned a record outside the planned ranges: never write such a batch."""
 
 
@@ -77,26 +77,6 @@ def with_metadata(raw: DataFrame) -> DataFrame:
     )
 
 
-def parse(records: DataFrame, spec: JobSpec) -> DataFrame:
-    """Add the parsed fields and ``_error`` (NULL for good records) to every record."""
-    if spec.value_format == "raw":
-        return records.withColumn(ERROR, F.lit(None).cast("string"))
-    text = F.col("value").cast("string")
-    parsed = F.from_json(text, f"{spec.schema_ddl}, {CORRUPT} STRING",
-                         {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-    df = records.withColumn("_text", text).withColumn("_parsed", parsed)
-    fields = [f for f in df.schema["_parsed"].dataType.fieldNames() if f != CORRUPT]
-    missing = F.concat_ws(", ", *[F.when(F.col(f"_parsed.{f}").isNull(), F.lit(f)) for f in spec.required]) if spec.required else F.lit("")
-    error = (
-        F.when(F.col("value").isNull(), F.lit("null value"))
-        .when(F.col("_text").contains("\ufffd"), F.lit("value is not valid UTF-8"))
-        .when(F.get_json_object(F.col("_text"), "$").isNull(), F.lit("malformed JSON"))
-        .when(F.col(f"_parsed.{CORRUPT}").isNotNull(), F.lit("schema mismatch: value does not fit the declared schema"))
-        .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
-    )
-    return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR))
-
-
 def range_stats(parsed: DataFrame) -> dict[tuple[str, int], dict]:
     """Per partition: rows, rejected, min/max offset, bytes. One small row per partition reaches the driver."""
     rows = parsed.groupBy("kafka_topic", "kafka_partition").agg(
@@ -115,7 +95,7 @@ def check_offsets(spec: JobSpec, stats: dict[tuple[str, int], dict]) -> list[Ran
     unexpected = sorted(set(stats) - set(planned))
     if unexpected:
         raise OffsetOutOfPlanError(
-            f"pipeline {spec.pipeline} batch {spec.batch_id}: Kafka returned records of partitions not in the plan: "
+            f"pipeline {spec.pipeline} batch {spec.output_id}: Kafka returned records of partitions not in the plan: "
             f"{unexpected}. Nothing was written; report this as a bug."
         )
     reports = []
@@ -123,7 +103,7 @@ def check_offsets(spec: JobSpec, stats: dict[tuple[str, int], dict]) -> list[Ran
         s = stats.get(key, {"rows": 0, "rejected": 0, "min_offset": None, "max_offset": None, "bytes": 0})
         if s["rows"] and (s["min_offset"] < r.from_offset or s["max_offset"] >= r.until_offset):
             raise OffsetOutOfPlanError(
-                f"pipeline {spec.pipeline} batch {spec.batch_id}: {r} was planned but records with offsets "
+                f"pipeline {spec.pipeline} batch {spec.output_id}: {r} was planned but records with offsets "
                 f"{s['min_offset']}..{s['max_offset']} were read. Nothing was written; report this as a bug."
             )
         reports.append(RangeReport(r.topic, r.partition, r.from_offset, r.until_offset, s["rows"], s["rejected"] or 0,
@@ -157,45 +137,37 @@ def _kill_when_writing(staging_data: str) -> None:
 
 def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
     t0 = time.monotonic()
-    layout = TableLayout(spec.table)
+    sink = sink_for(spec.pipeline, spec.sink)
+    fmt = FORMATS[spec.value_format]
+    manifest_uri = sink.staging.staging_manifest(spec.output_id, attempt)
     # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
-    storage.remove(layout.staging_manifest(spec.batch_id, attempt))
-    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records", spec.pipeline, spec.batch_id,
+    storage.remove(manifest_uri)
+    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records", spec.pipeline, spec.output_id,
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges))
 
-    parsed = parse(with_metadata(read_ranges(spark, spec)), spec).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = fmt.parse(with_metadata(read_ranges(spark, spec)), spec).persist(StorageLevel.MEMORY_AND_DISK)
     reports = check_offsets(spec, range_stats(parsed))
 
     good = parsed.where(F.col(ERROR).isNull()).drop(ERROR)
-    if spec.value_format == "json":
+    if not fmt.keeps_value:
         good = good.drop("value")
     out = transform(spark, good, spec)
-    writer = out
-    partition_by: list[str] = []
-    if spec.event_time_column:
-        writer = out.withColumn("event_date", F.to_date(F.col(spec.event_time_column)))
-        partition_by = ["event_date"]
-    if faults.active("job.kill_during_write"):
-        _kill_when_writing(layout.staging_data(spec.batch_id, attempt))
-    writer.write.mode("overwrite").partitionBy(*partition_by).parquet(layout.staging_data(spec.batch_id, attempt))
-
     rejected = parsed.where(F.col(ERROR).isNotNull()).select(
         *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"),
-    )  # batch_id comes from the folder name, <table>/_rejected/batch_id=N
-    rejected.write.mode("overwrite").parquet(layout.staging_rejected(spec.batch_id, attempt))
+    )  # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
+    if faults.active("job.kill_during_write"):
+        _kill_when_writing(sink.staging.staging_data(spec.output_id, attempt))
+    staged = sink.stage(spark, out, rejected, spec.output_id, attempt)
     parsed.unpersist()
 
-    rows_out = spark.read.parquet(layout.staging_data(spec.batch_id, attempt)).count() if storage.files(layout.staging_data(spec.batch_id, attempt)) else 0
     manifest = Manifest(
-        pipeline=spec.pipeline, batch_id=spec.batch_id, ranges=reports,
-        rows_in=sum(r.rows for r in reports), rows_out=rows_out, rows_rejected=sum(r.rejected for r in reports),
-        bytes_in=sum(r.bytes for r in reports),
-        data_files=storage.files(layout.staging_data(spec.batch_id, attempt)),
-        rejected_files=storage.files(layout.staging_rejected(spec.batch_id, attempt)),
-        job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version,
+        pipeline=spec.pipeline, output_id=spec.output_id, ranges=reports,
+        rows_in=sum(r.rows for r in reports), rows_out=staged.rows_out, rows_rejected=sum(r.rejected for r in reports),
+        bytes_in=sum(r.bytes for r in reports), data_files=staged.data_files, rejected_files=staged.rejected_files,
+        job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version, attempt=attempt,
     )
-    manifest.save(layout.staging_manifest(spec.batch_id, attempt))
-    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,
+    manifest.save(manifest_uri)
+    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.output_id,
              manifest.rows_in, manifest.rows_out, manifest.rows_rejected, manifest.job_seconds)
     return manifest
 
@@ -208,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     specs = [JobSpec.load(uri) for uri in args.spec]
-    ids = "-".join(str(s.batch_id) for s in specs)
+    ids = "-".join(str(s.output_id) for s in specs)
     spark = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:

@@ -18,7 +18,7 @@ export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CON
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
 export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-INFO}"
 
-# Connections, given as JSON (DESIGN.md §8: a missing spark_default means master 'yarn'). Plain
+# Connections, given as JSON (docs/architecture.md, Airflow facts the code relies on: a missing spark_default means master 'yarn'). Plain
 # `if` blocks: a JSON default inside ${VAR:-...} would gain a stray '}' when sourced twice.
 if [ -z "${AIRFLOW_CONN_KAFKA_DEFAULT:-}" ]; then
   export AIRFLOW_CONN_KAFKA_DEFAULT='{"conn_type":"kafka","extra":{"bootstrap.servers":"127.0.0.1:'"$KAFKA_PORT"'"}}'

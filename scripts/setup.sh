@@ -49,7 +49,7 @@ if [ ! -f "$AIRFLOW_HOME/.migrated" ]; then
   airflow db migrate >"$AIRFLOW_HOME/db-migrate.log" 2>&1 || { tail -30 "$AIRFLOW_HOME/db-migrate.log"; exit 1; }
   touch "$AIRFLOW_HOME/.migrated"
 fi
-# One-slot pool per pipeline (DESIGN.md §4): backfill runs bypass max_active_runs, the pool does not.
+# One-slot pool per pipeline (docs/architecture.md, Invariants: serialization): backfill runs bypass max_active_runs, the pool does not.
 python -c 'import json; from offsetbatch.config import load_all
 print(json.dumps({c.pool: {"slots": 1, "description": f"offsetbatch pipeline {c.name}: one task at a time", "include_deferred": False} for c in load_all().values()}))' > "$AIRFLOW_HOME/pools.json"
 if ! cmp -s "$AIRFLOW_HOME/pools.json" "$AIRFLOW_HOME/pools.imported" 2>/dev/null; then

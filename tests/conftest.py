@@ -12,8 +12,8 @@ import shutil
 
 import pytest
 
-from offsetbatch.devstack.kafka_broker import KafkaBroker
-from offsetbatch.devstack.postgres import PostgresCluster
+from offsetbatch.dev.stack.kafka_broker import KafkaBroker
+from offsetbatch.dev.stack.postgres import PostgresCluster
 from offsetbatch.paths import PROJECT_ROOT
 
 TEST_STATE = PROJECT_ROOT / ".local" / "tests"
@@ -55,7 +55,7 @@ def spark():
     classpath is fixed at launch, so every in-process session must share this one."""
     from pyspark.sql import SparkSession
 
-    from offsetbatch.devstack.artifacts import spark_connector_jars
+    from offsetbatch.spark_jars import spark_connector_jars
 
     session = (
         SparkSession.builder.master("local[2]").appName("offsetbatch-tests")

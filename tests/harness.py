@@ -12,10 +12,10 @@ from pathlib import Path
 
 import yaml
 
-from offsetbatch import verify
 from offsetbatch.config import load_config
+from offsetbatch.dev import verify
+from offsetbatch.dev.sample.producer import ProduceResult, produce
 from offsetbatch.ledger import Ledger
-from offsetbatch.sample.producer import ProduceResult, produce
 
 HELPER = Path(__file__).parent / "helpers" / "run_dag.py"
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE"

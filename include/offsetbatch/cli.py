@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.table import Table
 
 from offsetbatch import report
-from offsetbatch.config import PIPELINES_DIR, ConfigError, PipelineConfig, load_all
-from offsetbatch.errors import PipelineError
+from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_all
+from offsetbatch.errors import ConfigError, OffsetbatchError, PipelineError
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks import sink_for
 from offsetbatch.ledger import Ledger, LedgerError
 from offsetbatch.status import batch_dict, pipeline_status
 
@@ -60,8 +60,7 @@ def cmd_status(args, out: Console) -> int:
     statuses = []
     unreachable = False
     for cfg in _configs(args).values():
-        ledger = Ledger.for_config(cfg)
-        try:
+        with Ledger.for_config(cfg) as ledger:
             try:
                 kafka = KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id))
             except Exception as exc:  # noqa: BLE001 - show the ledger side anyway
@@ -73,11 +72,9 @@ def cmd_status(args, out: Console) -> int:
             finally:
                 if kafka is not None:
                     kafka.close()
-            st.kafka_error = st.kafka_error or err
-            unreachable |= st.kafka_error is not None
-            statuses.append(st)
-        finally:
-            ledger.dispose()
+        st.kafka_error = st.kafka_error or err
+        unreachable |= st.kafka_error is not None
+        statuses.append(st)
     if args.json:
         print(json.dumps([s.to_dict() for s in statuses], indent=1, default=str))
     else:
@@ -89,11 +86,8 @@ def cmd_status(args, out: Console) -> int:
 
 def cmd_batches(args, out: Console) -> int:
     cfg = _configs(args)[args.pipeline]
-    ledger = Ledger.for_config(cfg)
-    try:
+    with Ledger.for_config(cfg) as ledger:
         rows = [batch_dict(b) for b in ledger.list_batches(cfg.name, args.limit)]
-    finally:
-        ledger.dispose()
     if args.json:
         print(json.dumps(rows, indent=1, default=str))
     else:
@@ -103,17 +97,12 @@ def cmd_batches(args, out: Console) -> int:
 
 def cmd_batch(args, out: Console) -> int:
     cfg = _configs(args)[args.pipeline]
-    ledger = Ledger.for_config(cfg)
-    try:
+    with Ledger.for_config(cfg) as ledger:
         try:
             b = batch_dict(ledger.get_batch(cfg.name, args.batch_id))
         except LedgerError as exc:
             raise NotFound(str(exc)) from None
-    finally:
-        ledger.dispose()
-    layout = TableLayout(cfg.sink.path)
-    out_id = b.get("target_batch_id") or args.batch_id
-    b["output"] = {"data": layout.data(out_id), "rejected": layout.rejected(out_id), "manifest": layout.manifest(out_id)}
+    b["output"] = sink_for(cfg.name, cfg.sink).locations(b.get("target_batch_id") or args.batch_id)
     if args.json:
         print(json.dumps(b, indent=1, default=str))
         return EXIT_OK
@@ -126,18 +115,14 @@ def cmd_batch(args, out: Console) -> int:
 
 def cmd_reset(args, out: Console) -> int:
     from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
-    from offsetbatch.requests import RunRequest, parse_reset_target
+    from offsetbatch.run_request import RunRequest, parse_reset_target
     from offsetbatch.reset import run_reset
 
     cfg = _configs(args)[args.pipeline]
     req = RunRequest("reset", reset_to=parse_reset_target(cfg.name, args.to), dry_run=not args.apply,
                      allow_rewind=args.allow_rewind, reason=args.reason, actor=f"cli:{getpass.getuser()}")
-    ledger = Ledger.for_config(cfg)
-    try:
-        with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
-            plan = run_reset(cfg, ledger, kafka, req)
-    finally:
-        ledger.dispose()
+    with Ledger.for_config(cfg) as ledger, KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
+        plan = run_reset(cfg, ledger, kafka, req)
     if args.json:
         print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
     else:
@@ -150,7 +135,7 @@ def cmd_reset(args, out: Console) -> int:
 def cmd_replay(args, out: Console) -> int:
     from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
     from offsetbatch.replay import plan_window, replay_targets
-    from offsetbatch.requests import from_params
+    from offsetbatch.run_request import from_params
 
     cfg = _configs(args)[args.pipeline]
     conf = {"mode": "replay"}
@@ -161,16 +146,12 @@ def cmd_replay(args, out: Console) -> int:
     if args.reason:
         conf["reason"] = args.reason
     req = from_params(cfg.name, conf)
-    ledger = Ledger.for_config(cfg)
-    try:
-        with ledger.reading() as conn:
-            if req.batch_ids:
-                targets, history = replay_targets(cfg, ledger, conn, req.batch_ids), []
-            else:
-                with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
-                    targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
-    finally:
-        ledger.dispose()
+    with Ledger.for_config(cfg) as ledger, ledger.reading() as conn:
+        if req.batch_ids:
+            targets, history = replay_targets(cfg, ledger, conn, req.batch_ids), []
+        else:
+            with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
+                targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
     command = ["airflow", "dags", "trigger", cfg.dag_id, "--conf", json.dumps(conf)]
     summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],
                "backfills": [[str(r) for r in rs] for rs in history], "command": shlex.join(command)}
@@ -209,7 +190,8 @@ def cmd_doctor(args, out: Console) -> int:
 
 
 ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError: EXIT_REFUSED,
-               KafkaError: EXIT_UNREACHABLE, LedgerError: EXIT_UNREACHABLE})
+               KafkaError: EXIT_UNREACHABLE, LedgerError: EXIT_UNREACHABLE,
+               OffsetbatchError: EXIT_REFUSED})  # the rest of the family (commit, sink, artifacts); first match wins
 
 
 def main(argv: list[str] | None = None) -> int:

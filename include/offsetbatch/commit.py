@@ -1,12 +1,13 @@
 """The commit: check the job's manifest against the plan, then, in this order,
 
 1. one ledger transaction under the pipeline lock: batch ``committed`` with its stats, frontier
-   advanced by compare-and-set (DESIGN.md §3, invariant 3);
-2. publish: move the staged output into ``<table>/batch_id=N`` (replacing an earlier attempt's),
-   then mark the batch published;
+   advanced by compare-and-set (docs/architecture.md, Invariants 3);
+2. publish: the pipeline's sink makes exactly the committed attempt's output visible (the files
+   sink renames it into ``<table>/batch_id=N``, replacing an earlier attempt's), then the ledger
+   marks the batch published;
 3. best effort: commit the new frontier to the pipeline's consumer group for lag tools.
 
-Publishing after the transaction means a reader of ``<table>`` can never see the output of an
+Publishing after the transaction means a reader of the output can never see the output of an
 uncommitted batch (invariant 5). A crash between 1 and 2 leaves a committed, unpublished batch;
 ``publish_pending`` rolls it forward, and every plan and commit calls it first.
 """
@@ -19,12 +20,12 @@ from dataclasses import dataclass
 
 from offsetbatch import faults, storage
 from offsetbatch.config import PipelineConfig
-from offsetbatch.errors import ManifestError
+from offsetbatch.errors import BatchStateError, ManifestError
 from offsetbatch.jobspec import Manifest
 from offsetbatch.kafka_source import KafkaSource
-from offsetbatch.layout import TableLayout
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch, TopicPartition
+from offsetbatch.sinks import sink_for
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,8 @@ class CommitResult:
 def validate_manifest(batch: Batch, manifest: Manifest, expect_offset_gaps: bool) -> None:
     """Every planned range is accounted for, every offset inside it, and counts reconcile."""
     where = f"pipeline {batch.pipeline} batch {batch.batch_id}"
-    if manifest.batch_id != batch.output_id or manifest.pipeline != batch.pipeline:
-        raise ManifestError(f"{where}: the manifest is for {manifest.pipeline} batch {manifest.batch_id}")
+    if manifest.output_id != batch.output_id or manifest.pipeline != batch.pipeline:
+        raise ManifestError(f"{where}: the manifest is for {manifest.pipeline} batch {manifest.output_id}")
     planned = {(r.topic, r.partition): r for r in batch.ranges}
     reported = {(r.topic, r.partition): r for r in manifest.ranges}
     if set(planned) != set(reported):
@@ -69,43 +70,17 @@ def validate_manifest(batch: Batch, manifest: Manifest, expect_offset_gaps: bool
             raise ManifestError(f"{where}: file {f} listed in the manifest is missing. Re-run the spark_job task.")
 
 
-def publish(layout: TableLayout, batch_id: int, attempt: str) -> None:
-    """Move the committed attempt's output into the table, replacing what was published before.
-    Each step is a rename and the whole is idempotent, so a crash anywhere is finished by running
-    it again. Other attempts' staging (crashed or concurrent) is deleted."""
-    moves = [
-        (layout.staging_data(batch_id, attempt), layout.data(batch_id)),
-        (layout.staging_rejected(batch_id, attempt), layout.rejected(batch_id)),
-        (layout.staging_manifest(batch_id, attempt), layout.manifest(batch_id)),
-    ]
-    stamp = f"batch_id={batch_id}-{time.time_ns()}"
-    for i, (src, dst) in enumerate(moves):
-        if not storage.exists(src):
-            continue
-        if storage.exists(dst):
-            storage.move(dst, layout.trash(f"{stamp}-{i}"))
-        storage.move(src, dst)
-    storage.remove(layout.staging(batch_id))
-    storage.remove(f"{layout.meta}/trash")
-
-
-def retire(layout: TableLayout, batch_id: int) -> None:
-    """Take a superseded batch's output out of the table (its records were re-read by another batch)."""
-    for path in (layout.data(batch_id), layout.rejected(batch_id), layout.manifest(batch_id)):
-        storage.remove(path)
-
-
 def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = None) -> list[int]:
     """Publish committed batches whose output is not in the table yet: ``current`` (just
     committed) and any a crash left behind after its transaction (rolled forward). Under the
     pipeline lock, so two tasks never rename the same files at once."""
     done = []
-    layout = TableLayout(cfg.sink.path)
+    sink = sink_for(cfg.name, cfg.sink)
     with ledger.lock(cfg.name) as conn:
         for batch_id, output_id, attempt in ledger.unpublished(conn, cfg.name):
-            publish(layout, output_id, attempt)
+            sink.publish(output_id, attempt)
             for old in ledger.superseded_by(conn, cfg.name, batch_id):
-                retire(layout, old)
+                sink.retire(old)
                 log.info("pipeline %s batch %d: output of superseded batch %d removed; batch %d re-read its ranges",
                          cfg.name, batch_id, old, batch_id)
             ledger.mark_published(conn, cfg.name, batch_id)
@@ -122,19 +97,20 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     t0 = time.monotonic()
     publish_pending(cfg, ledger)
     batch = ledger.get_batch(cfg.name, batch_id)
-    layout = TableLayout(cfg.sink.path)
+    sink = sink_for(cfg.name, cfg.sink)
     if batch.status == "committed":
         winner = batch.stats.get("committed_attempt")
         if winner == attempt:  # this task's own earlier try committed it (and published it above)
             log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name, batch_id, attempt)
         else:
-            storage.remove(layout.attempt(batch.output_id, attempt))  # a redundant re-execution's output
+            sink.discard(batch.output_id, attempt)  # a redundant re-execution's output
             log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
                      cfg.name, batch_id, winner, attempt)
         return CommitResult(batch_id, "already_committed", batch.stats)
     if batch.status != "planned":
-        raise ManifestError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be committed")
-    manifest_uri = layout.staging_manifest(batch.output_id, attempt)
+        raise BatchStateError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be "
+                              f"committed. Nothing was committed; 'offsetbatch batch {cfg.name} {batch_id}' shows why.")
+    manifest_uri = sink.staging.staging_manifest(batch.output_id, attempt)
     if not storage.exists(manifest_uri):
         raise ManifestError(
             f"pipeline {cfg.name} batch {batch_id}: no manifest at {manifest_uri}, so the Spark job did not finish "
@@ -156,7 +132,7 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
 
     publish_pending(cfg, ledger, current=batch_id)
     log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)%s", cfg.name, batch_id,
-             layout.data(batch.output_id), manifest.rows_out, manifest.rows_rejected,
+             sink.describe(batch.output_id), manifest.rows_out, manifest.rows_rejected,
              f", replacing the output of batch {batch.target_batch_id}" if batch.target_batch_id else "")
     if kafka is not None and batch.moves_frontier:
         publish_progress(cfg, ledger, kafka)

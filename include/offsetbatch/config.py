@@ -16,21 +16,20 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from offsetbatch.errors import ConfigError
+from offsetbatch.formats import FORMATS
 from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch.sinks import SinkSettings, settings_for
 
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
-
-
-class ConfigError(ValueError):
-    """A pipeline config is invalid; the message names the file and the field."""
 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class KafkaSource(_Model):
+class KafkaSettings(_Model):
     conn_id: str = Field("kafka_default", description="Airflow connection with extra 'bootstrap.servers'")
     topics: list[str] | None = Field(None, description="explicit topic list")
     pattern: str | None = Field(None, description="regex over topic names; new matching topics are picked up")
@@ -40,7 +39,7 @@ class KafkaSource(_Model):
     )
 
     @model_validator(mode="after")
-    def _one_selector(self) -> "KafkaSource":
+    def _one_selector(self) -> "KafkaSettings":
         if bool(self.topics) == bool(self.pattern):
             raise ValueError("give exactly one of 'topics' (a non-empty list) or 'pattern'")
         if self.pattern:
@@ -56,66 +55,35 @@ class Caps(_Model):
     max_records_per_batch: int = Field(50_000_000, gt=0)
 
 
-class ValueFormat(_Model):
-    format: Literal["json", "raw"] = "json"
+class ValueSettings(_Model):
+    format: str = Field("json", description="a value format of offsetbatch.formats.FORMATS: 'json' or 'raw'")
     schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
     required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
 
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        if v not in FORMATS:
+            raise ValueError(f"must be one of {', '.join(repr(f) for f in sorted(FORMATS))}, got {v!r}")
+        return v
+
     @model_validator(mode="after")
-    def _schema_for_json(self) -> "ValueFormat":
-        if self.format == "json" and not self.schema_ddl:
-            raise ValueError("format 'json' needs a 'schema' (Spark DDL)")
-        if self.format == "raw" and (self.schema_ddl or self.required):
-            raise ValueError("format 'raw' takes no 'schema' or 'required'")
-        if self.schema_ddl:
-            names = [part.strip().split()[0].strip("`") for part in _split_ddl(self.schema_ddl)]
-            missing = [f for f in self.required if f not in names]
-            if missing:
-                raise ValueError(f"'required' names fields not in the schema: {', '.join(missing)}")
+    def _fits_format(self) -> "ValueSettings":
+        FORMATS[self.format].check(self.schema_ddl, list(self.required))
         return self
 
 
-def _split_ddl(ddl: str) -> list[str]:
-    """Top-level comma split of a DDL string (commas inside <...> or (...) do not split)."""
-    parts, depth, cur = [], 0, ""
-    for ch in ddl:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return [p for p in parts if p.strip()]
-
-
-class Transform(_Model):
+class TransformSettings(_Model):
     sql: str | None = Field(None, description="Spark SQL over the view 'records'")
     python: str | None = Field(None, description="dotted path 'module.function' taking and returning a DataFrame")
 
     @model_validator(mode="after")
-    def _at_most_one(self) -> "Transform":
+    def _at_most_one(self) -> "TransformSettings":
         if self.sql and self.python:
             raise ValueError("give 'sql' or 'python', not both")
         if self.python and not re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", self.python):
             raise ValueError(f"'python' must be a dotted path 'module.function', got {self.python!r}")
         return self
-
-
-class Sink(_Model):
-    path: str = Field(description="table root: a local path or any Hadoop-compatible URI")
-    event_time_column: str | None = Field(None, description="output column whose date sub-partitions the output")
-
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        if "://" not in v and not v.startswith("/"):
-            raise ValueError(f"must be an absolute path or a URI, got {v!r}")
-        return v.rstrip("/")
 
 
 class SparkSettings(_Model):
@@ -142,18 +110,24 @@ class LedgerSettings(_Model):
 class PipelineConfig(_Model):
     name: str = Field(pattern=_NAME)
     description: str = ""
-    kafka: KafkaSource
+    kafka: KafkaSettings
     starting_policy: str = Field("earliest", description="'earliest' | 'latest' | ISO-8601 timestamp")
     caps: Caps = Caps()
     on_data_loss: Literal["fail", "skip"] = "fail"
-    value: ValueFormat = ValueFormat(format="raw")
-    transform: Transform = Transform()
-    sink: Sink
+    value: ValueSettings = ValueSettings(format="raw")
+    transform: TransformSettings = TransformSettings()
+    sink: SinkSettings
     consumer_group: str | None = Field(None, description="group the committed frontier is published to")
     spark: SparkSettings = SparkSettings()
     airflow: AirflowSettings = AirflowSettings()
     ledger: LedgerSettings = LedgerSettings()
     source_file: str | None = Field(None, exclude=True)
+
+    @field_validator("sink", mode="before")
+    @classmethod
+    def _sink_of_its_type(cls, v):
+        """Each sink type validates its own settings (``offsetbatch.sinks.SINKS``)."""
+        return settings_for(v)
 
     @field_validator("starting_policy")
     @classmethod

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_config
-from offsetbatch.requests import dag_params
+from offsetbatch.run_request import dag_params
 
 
 def _config_path(config: str | Path) -> Path:

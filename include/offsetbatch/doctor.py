@@ -42,7 +42,7 @@ def _pyspark() -> str:
 
 
 def _connector() -> str:
-    from offsetbatch.devstack.artifacts import spark_connector_jars
+    from offsetbatch.spark_jars import spark_connector_jars
 
     jars = spark_connector_jars()
     return f"{len(jars)} jars, e.g. {jars[0].rsplit('/', 1)[-1]}"
@@ -74,12 +74,9 @@ def _ledger(cfg: PipelineConfig) -> str:
     from offsetbatch.ledger import Ledger
     from offsetbatch.ledger.schema import LATEST
 
-    ledger = Ledger.for_config(cfg)
-    try:
+    with Ledger.for_config(cfg) as ledger:
         rows = ledger.frontier_rows(cfg.name)
         return f"{ledger.engine.url.render_as_string()} (schema v{LATEST}, {len(rows)} partition(s) tracked)"
-    finally:
-        ledger.dispose()
 
 
 def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:

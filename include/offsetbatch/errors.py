@@ -1,8 +1,34 @@
-"""Errors an operator sees. Each names the pipeline, the topic/partition and offsets involved, and
-what to do next."""
+"""Every error offsetbatch raises on purpose, under one base class.
+
+Each message names the pipeline, the topic/partition and offsets (or the config field) involved,
+and what to do next. Callers that only need "did offsetbatch refuse?" catch ``OffsetbatchError``;
+the CLI maps the families below to its exit codes.
+
+    OffsetbatchError
+    ├── ConfigError              a pipeline config is invalid (file and field named)
+    ├── PipelineError            a run was refused before anything changed
+    │   ├── RunRequestError      a trigger parameter is malformed or names unknown things
+    │   ├── BackfillRefusedError a backfill/replay reaches offsets scheduled runs have not read
+    │   ├── DataLossError        retention deleted offsets the pipeline still had to read
+    │   ├── PartitionVanishedError / TopicNotFoundError
+    ├── CommitError              the commit refused a batch's output
+    │   ├── ManifestError        the job's manifest does not reconcile with the plan
+    │   └── BatchStateError      the batch is not in a state that can be committed
+    ├── SinkError                a sink cannot stage or publish (names the table)
+    ├── LedgerError              (offsetbatch.ledger) lock timeouts, stale commits, bad ledgers
+    └── ArtifactError            a cached Java artifact (connector jars) is missing
+"""
 
 
-class PipelineError(RuntimeError):
+class OffsetbatchError(RuntimeError):
+    """Base of every error offsetbatch raises on purpose."""
+
+
+class ConfigError(OffsetbatchError, ValueError):
+    """A pipeline config is invalid; the message names the file and the field."""
+
+
+class PipelineError(OffsetbatchError):
     """Base for errors that stop a run before anything is changed."""
 
 
@@ -18,13 +44,29 @@ class TopicNotFoundError(PipelineError):
     """A configured topic does not exist."""
 
 
-class ManifestError(PipelineError):
-    """A job's manifest does not reconcile with its batch's plan."""
-
-
-class RequestError(PipelineError):
+class RunRequestError(PipelineError):
     """A trigger parameter (mode, window, batch ids, reset target) is invalid."""
 
 
 class BackfillRefusedError(PipelineError):
     """A backfill or replay asked for offsets the scheduled runs have not read yet."""
+
+
+class CommitError(OffsetbatchError):
+    """The commit refused a batch's output; nothing was committed."""
+
+
+class ManifestError(CommitError):
+    """A job's manifest does not reconcile with its batch's plan."""
+
+
+class BatchStateError(CommitError):
+    """The batch is not ``planned`` (abandoned, superseded), so it cannot be committed."""
+
+
+class SinkError(OffsetbatchError):
+    """A sink could not stage or publish a batch's output; the message names the table."""
+
+
+class ArtifactError(OffsetbatchError):
+    """A Java artifact (Kafka broker, Spark connector) is not cached; the message says what to do."""

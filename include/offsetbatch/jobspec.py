@@ -7,24 +7,24 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from offsetbatch import storage
+from offsetbatch.errors import ConfigError
 from offsetbatch.model import OffsetRange
 
-SPEC_VERSION = 1
+SPEC_VERSION = 2  # 2: ``output_id`` (was ``batch_id``), the sink's settings (was ``table``/``event_time_column``)
 
 
 @dataclass
 class JobSpec:
     pipeline: str
-    batch_id: int
+    output_id: int  # the batch id whose output this job writes: a replay writes its target's
     bootstrap: str
     ranges: list[dict]
-    table: str
+    sink: dict  # the pipeline's ``sink:`` settings; ``offsetbatch.sinks.sink_for`` rebuilds the sink
     value_format: str = "raw"
     schema_ddl: str | None = None
     required: list[str] = field(default_factory=list)
     transform_sql: str | None = None
     transform_python: str | None = None
-    event_time_column: str | None = None
     isolation_level: str = "read_uncommitted"
     records_per_task: int = 2_000_000
     version: int = SPEC_VERSION
@@ -40,7 +40,7 @@ class JobSpec:
     def load(cls, uri: str) -> "JobSpec":
         raw = storage.read_json(uri)
         if raw.get("version") != SPEC_VERSION:
-            raise ValueError(f"job spec {uri} has version {raw.get('version')}, this job reads version {SPEC_VERSION}")
+            raise ConfigError(f"job spec {uri} has version {raw.get('version')}, this job reads version {SPEC_VERSION}")
         return cls(**raw)
 
 
@@ -62,7 +62,7 @@ class RangeReport:
 @dataclass
 class Manifest:
     pipeline: str
-    batch_id: int
+    output_id: int
     ranges: list[RangeReport]
     rows_in: int
     rows_out: int
@@ -72,6 +72,7 @@ class Manifest:
     rejected_files: list[str]
     job_seconds: float
     spark_version: str
+    attempt: str | None = None  # the Spark attempt that wrote it (published manifests say which one is in)
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))
@@ -80,4 +81,6 @@ class Manifest:
     def load(cls, uri: str) -> "Manifest":
         raw = storage.read_json(uri)
         raw["ranges"] = [RangeReport(**r) for r in raw["ranges"]]
+        if "batch_id" in raw:  # manifests published before version 2 of the job spec
+            raw["output_id"] = raw.pop("batch_id")
         return cls(**raw)

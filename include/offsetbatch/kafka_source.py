@@ -2,7 +2,7 @@
 consumer-group offsets that publish progress to standard lag tools.
 
 Every offset question is one batched ``ListOffsets`` per leader broker (kafka-python's admin
-``list_partition_offsets``), never one call per partition (DESIGN.md §9).
+``list_partition_offsets``), never one call per partition (docs/architecture.md, Performance principles).
 """
 
 from __future__ import annotations

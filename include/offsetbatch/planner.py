@@ -1,4 +1,4 @@
-"""The planner: which offsets a run's batches read (DESIGN.md §4).
+"""The planner: which offsets a run's batches read (docs/architecture.md, What each kind of run reads).
 
 ``plan_ranges`` is the arithmetic (pure, unit-tested); ``plan_for_run`` is the Airflow task's
 logic, under the pipeline's ledger lock. For ``next`` (scheduled) runs it returns this run's batch
@@ -22,7 +22,7 @@ from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 from offsetbatch.partitions import check_vanished
 from offsetbatch.replay import plan_window, replay_targets
-from offsetbatch.requests import RunRequest
+from offsetbatch.run_request import RunRequest
 
 log = logging.getLogger(__name__)
 

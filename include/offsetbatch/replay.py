@@ -1,4 +1,5 @@
-"""Backfills and replays (DESIGN.md §4): re-run history exactly, from what the ledger recorded.
+"""Backfills and replays: re-run history exactly, from what the ledger recorded (docs/architecture.md,
+What each kind of run reads).
 
 For a time window ``[start, end)`` (an Airflow backfill run's data interval, or a replay request):
 
@@ -19,7 +20,7 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from offsetbatch.config import Caps, PipelineConfig
-from offsetbatch.errors import BackfillRefusedError, DataLossError, RequestError
+from offsetbatch.errors import BackfillRefusedError, DataLossError, RunRequestError
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch, OffsetRange, TopicPartition
@@ -121,7 +122,7 @@ def replay_targets(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, bat
     found = ledger.batches_by_id(conn, cfg.name, list(batch_ids))
     missing = [i for i in batch_ids if i not in found]
     if missing:
-        raise RequestError(f"pipeline {cfg.name}: batch id(s) {', '.join(map(str, missing))} do not exist in the "
+        raise RunRequestError(f"pipeline {cfg.name}: batch id(s) {', '.join(map(str, missing))} do not exist in the "
                            f"ledger ('offsetbatch batches {cfg.name}' lists them). Nothing was changed.")
     targets: dict[int, Batch] = {}
     for i in batch_ids:
@@ -132,7 +133,7 @@ def replay_targets(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, bat
             hint = {"planned": "it is not committed yet; clear its Airflow run instead",
                     "superseded": "a reset rewound over it; the next runs re-read its offsets",
                     "abandoned": "it was abandoned by a reset"}.get(b.status, "")
-            raise RequestError(f"pipeline {cfg.name}: batch {b.batch_id} is {b.status} and cannot be replayed: "
+            raise RunRequestError(f"pipeline {cfg.name}: batch {b.batch_id} is {b.status} and cannot be replayed: "
                                f"{hint}. Nothing was changed.")
         targets[b.batch_id] = b
     return [targets[i] for i in sorted(targets)]

@@ -22,11 +22,11 @@ import sqlalchemy as sa
 
 from offsetbatch.commit import publish_progress
 from offsetbatch.config import PipelineConfig
-from offsetbatch.errors import RequestError
+from offsetbatch.errors import RunRequestError
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Gap, TopicPartition
-from offsetbatch.requests import ResetTarget, RunRequest
+from offsetbatch.run_request import ResetTarget, RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -89,26 +89,26 @@ def _requested(cfg: PipelineConfig, kafka: KafkaSource, target: ResetTarget,
     topics = sorted({tp.topic for tp in present})
     for tp, offset in sorted(target.offsets.items()):
         if tp.topic not in topics:
-            raise RequestError(f"pipeline {name}: reset_to names topic {tp.topic!r}, which this pipeline does not "
+            raise RunRequestError(f"pipeline {name}: reset_to names topic {tp.topic!r}, which this pipeline does not "
                                f"read (it reads {', '.join(topics)}). Nothing was changed.")
         if tp not in present:
             have = sorted(p.partition for p in present if p.topic == tp.topic)
-            raise RequestError(f"pipeline {name}: reset_to names partition {tp}, which does not exist (topic "
+            raise RunRequestError(f"pipeline {name}: reset_to names partition {tp}, which does not exist (topic "
                                f"{tp.topic} has partitions {have[0]}..{have[-1]}). Nothing was changed.")
         lo, hi = logs[tp].earliest, logs[tp].latest
         if not lo <= offset <= hi:
-            raise RequestError(f"pipeline {name}: reset_to offset {offset} of {tp} is outside the log "
+            raise RunRequestError(f"pipeline {name}: reset_to offset {offset} of {tp} is outside the log "
                                f"[earliest {lo}, end {hi}]. Nothing was changed.")
     return dict(target.offsets)
 
 
 def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: KafkaSource,
                target: ResetTarget, allow_rewind: bool) -> ResetPlan:
-    """Validate ``target`` and work out every change; raises ``RequestError`` naming the bad value."""
+    """Validate ``target`` and work out every change; raises ``RunRequestError`` naming the bad value."""
     name = cfg.name
     present = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
     if not present:
-        raise RequestError(f"pipeline {name}: none of its topics exist on {kafka.bootstrap}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {name}: none of its topics exist on {kafka.bootstrap}. Nothing was changed.")
     bounds = ledger.frontier_full(conn, name)
     logs = kafka.offsets(present)
     wanted = _requested(cfg, kafka, target, present, logs)
@@ -121,7 +121,7 @@ def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: 
         if status == "committed":
             committed.setdefault(batch_id, []).append(r)
         elif r.frontier_before is None and r.tp in positions and r.until_offset > positions[r.tp]:
-            raise RequestError(f"pipeline {name}: backfill batch {batch_id} (planned, not committed) reads {r}; "
+            raise RunRequestError(f"pipeline {name}: backfill batch {batch_id} (planned, not committed) reads {r}; "
                                f"finish or fail its run before resetting over it. Nothing was changed.")
     superseded: set[int] = set()
     changed = True
@@ -138,7 +138,7 @@ def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: 
                     positions[r.tp] = min(now, r.from_offset)
     if superseded and not allow_rewind:
         rewound = [f"{tp} {bounds[tp][1]}->{o}" for tp, o in sorted(wanted.items()) if tp in bounds and o < bounds[tp][1]]
-        raise RequestError(
+        raise RunRequestError(
             f"pipeline {name}: resetting to {target.describe()} moves the frontier back ({', '.join(rewound)}) over "
             f"committed batch(es) {', '.join(map(str, sorted(superseded)))}. Set allow_rewind (CLI: --allow-rewind) "
             f"to supersede them: their output is replaced when the offsets are read again. Nothing was changed."

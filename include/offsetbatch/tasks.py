@@ -1,13 +1,20 @@
-"""The logic of the DAG's plan and commit tasks, kept out of the DAG file so it is testable.
+"""The logic of the DAG's three tasks, kept out of the DAG file and the operator so it is testable.
 
-Both return small JSON-able dicts (they become XComs). Both are idempotent per Airflow run, so
-task retries and cleared runs are safe. The plan task also carries out ``mode: reset`` (the run
-then has no Spark work).
+    plan_step          plan (or find) the run's batches and write their job specs; or carry out a reset
+    spark_submission   what the spark_job task submits: the batches still to run, one attempt id, the
+                       job's arguments; raises ``NothingToRun`` when there is none (the task skips)
+    spark_redundant    after a failed spark-submit: whether other runs committed the batches meanwhile
+    commit_step        commit the run's batches from the finished attempt's manifests
+
+All return small JSON-able values (they become XComs). All are idempotent per Airflow run, so task
+retries and cleared runs are safe.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from dataclasses import dataclass
 from datetime import datetime
 
 from offsetbatch import faults
@@ -15,12 +22,12 @@ from offsetbatch.commit import commit_batch, publish_pending
 from offsetbatch.config import PipelineConfig
 from offsetbatch.jobspec import JobSpec
 from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
-from offsetbatch.layout import TableLayout
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
 from offsetbatch.planner import RunInfo, plan_for_run
-from offsetbatch.requests import RunRequest, from_params
+from offsetbatch.run_request import RunRequest, from_params
 from offsetbatch.reset import run_reset
+from offsetbatch.sinks import sink_for
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +38,13 @@ def _kafka(cfg: PipelineConfig) -> KafkaSource:
 
 def write_spec(cfg: PipelineConfig, bootstrap: str, batch: Batch) -> str:
     """The job spec of ``batch``; a replay writes (and later publishes) under its target's id."""
-    uri = TableLayout(cfg.sink.path).spec(batch.batch_id)
+    uri = sink_for(cfg.name, cfg.sink).staging.spec(batch.batch_id)
     JobSpec(
-        pipeline=cfg.name, batch_id=batch.output_id, bootstrap=bootstrap,
-        ranges=[r.to_dict() for r in batch.ranges], table=cfg.sink.path,
+        pipeline=cfg.name, output_id=batch.output_id, bootstrap=bootstrap,
+        ranges=[r.to_dict() for r in batch.ranges], sink=cfg.sink.model_dump(),
         value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl, required=list(cfg.value.required),
         transform_sql=cfg.transform.sql, transform_python=cfg.transform.python,
-        event_time_column=cfg.sink.event_time_column, isolation_level=cfg.kafka.isolation_level,
-        records_per_task=cfg.spark.records_per_task,
+        isolation_level=cfg.kafka.isolation_level, records_per_task=cfg.spark.records_per_task,
     ).save(uri)
     return uri
 
@@ -50,8 +56,7 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: dat
 
     The trigger parameters are checked before the ledger is opened, so a bad value changes nothing."""
     request = from_params(cfg.name, params, run_type, (interval_start, interval_end), actor)
-    ledger = Ledger.for_config(cfg)
-    try:
+    with Ledger.for_config(cfg) as ledger:
         if request.mode == "reset":
             return _reset(cfg, ledger, request)
         publish_pending(cfg, ledger)
@@ -66,8 +71,6 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: dat
                    for b in result.batches]
         return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
                 "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps]}
-    finally:
-        ledger.dispose()
 
 
 def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest) -> dict:
@@ -77,11 +80,63 @@ def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest) -> dict:
             "needs_work": False, "batches": [], "reset": plan.to_dict()}
 
 
+@dataclass(frozen=True)
+class SparkSubmission:
+    """One spark-submit of the batches a run still has to execute, under one attempt id (its own
+    staging folders; the commit reads the manifests of exactly this attempt)."""
+
+    batches: list[Batch]
+    attempt: str
+    application_args: list[str]
+    name: str
+
+
+class NothingToRun(Exception):
+    """The spark_job task has nothing to do (the operator turns it into a skip, with this reason)."""
+
+
+def spark_submission(cfg: PipelineConfig, plan: dict | None, try_number: int) -> SparkSubmission:
+    """The batches of ``plan`` (the plan task's XCom) that are still ``planned``, each counted as one
+    more attempt in the ledger. Raises ``NothingToRun`` when the plan is empty or everything is
+    already committed, which makes a cleared or retried run cheap and safe."""
+    if not plan or not plan.get("needs_work"):
+        raise NothingToRun(f"nothing to run: plan outcome is {plan and plan.get('outcome')}")
+    with Ledger.for_config(cfg) as ledger:
+        todo = [ledger.get_batch(cfg.name, b["batch_id"]) for b in plan["batches"]]
+        todo = [b for b in todo if b.status == "planned"]
+        if not todo:
+            raise NothingToRun(f"pipeline {cfg.name}: batch(es) {[b['batch_id'] for b in plan['batches']]} "
+                               f"are already committed")
+        for b in todo:
+            ledger.count_attempt(cfg.name, b.batch_id)
+    specs = {b["batch_id"]: b["spec"] for b in plan["batches"]}
+    attempt = f"{try_number}-{uuid.uuid4().hex[:12]}"
+    for b in todo:
+        log.info("pipeline %s batch %d (%s%s) attempt %s: submitting Spark job for %d records: %s", cfg.name,
+                 b.batch_id, b.kind, f", replaces batch {b.target_batch_id}" if b.target_batch_id else "",
+                 attempt, b.records, b.describe_ranges())
+    args = [arg for b in todo for arg in ("--spec", specs[b.batch_id])] + ["--attempt", attempt]
+    name = f"offsetbatch-{cfg.name}-batch-{'-'.join(str(b.batch_id) for b in todo)}"
+    return SparkSubmission(todo, attempt, args, name)
+
+
+def spark_redundant(cfg: PipelineConfig, submission: SparkSubmission) -> str | None:
+    """After a failed spark-submit: if other runs executing the same pending batches committed them
+    meanwhile (and cleared this attempt's staging), this attempt was redundant, not failed. Returns
+    the reason to skip, or ``None`` when the failure stands."""
+    with Ledger.for_config(cfg) as ledger:
+        won = [ledger.get_batch(cfg.name, b.batch_id) for b in submission.batches]
+    if all(w.status == "committed" and w.stats.get("committed_attempt") != submission.attempt for w in won):
+        return (f"pipeline {cfg.name} batch(es) {[w.batch_id for w in won]} were committed by other attempts "
+                f"(runs {sorted({w.run_id for w in won})}) while attempt {submission.attempt} ran; this attempt's "
+                f"output is discarded")
+    return None
+
+
 def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict:
     """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
     the Asset event (totals, and per batch)."""
-    ledger = Ledger.for_config(cfg)
-    try:
+    with Ledger.for_config(cfg) as ledger:
         per_batch = []
         with _kafka(cfg) as kafka:
             for batch_id in batch_ids:
@@ -91,5 +146,3 @@ def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict
                                      if isinstance(v, (int, float, str)) or v is None}})
         totals = {k: sum(b.get(k) or 0 for b in per_batch) for k in ("rows_in", "rows_out", "rows_rejected")}
         return {"pipeline": cfg.name, "batch_ids": list(batch_ids), **totals, "batches": per_batch}
-    finally:
-        ledger.dispose()

@@ -1,5 +1,5 @@
 """Airflow backfills (``airflow backfill create``, executed by a real scheduler) and replays:
-history re-runs exactly, from the offsets the ledger recorded (DESIGN.md §4).
+history re-runs exactly, from the offsets the ledger recorded (docs/architecture.md, What each kind of run reads).
 
 * covered intervals re-execute their recorded batches with today's code, replacing the output;
 * never-processed history before the first planned offset gets new, non-overlapping batches;
@@ -17,7 +17,7 @@ import pyarrow.dataset as ds
 import pytest
 import yaml
 
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks.files import TableLayout
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 10, 5, tzinfo=timezone.utc)

@@ -1,5 +1,5 @@
-"""A crash at each boundary of a batch, then a rerun: every record exactly once (DESIGN.md §3
-invariant 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
+"""A crash at each boundary of a batch, then a rerun: every record exactly once (docs/architecture.md,
+Invariants 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
 
 Faults are injected with OFFSETBATCH_FAULTS (offsetbatch.faults); the Spark case SIGKILLs the
 driver while its first Parquet files are being written."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks.files import FilesSink, TableLayout
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
@@ -47,11 +47,9 @@ def test_crash_after_planning_then_rerun_of_the_same_run(make_pipeline):
 
 
 def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
-    from offsetbatch.output import read_committed
-
     p = make_pipeline()
     _committed_first_hour(p)
-    committed_ids = {r.event_id for r in read_committed(spark, p.table).select("event_id").collect()}
+    committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
     crashed = p.run(BASE + 2 * H, faults="job.kill_during_write")
     crashed.assert_failed_with("killing the Spark driver mid-write")
     layout = TableLayout(p.table)
@@ -62,7 +60,7 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
     assert not _published(p, 2)
     assert p.check().missing  # hour 2 is not visible yet
     # Plain Spark reads of the table see batch 1 only, not the killed attempt's partial files.
-    visible = read_committed(spark, p.table).select("event_id", "batch_id").collect()
+    visible = FilesSink.at(p.table).read_committed(spark).select("event_id", "batch_id").collect()
     assert {r.event_id for r in visible} == committed_ids and {r.batch_id for r in visible} == {1}
 
     rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)

@@ -8,7 +8,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from offsetbatch.devstack.kafka_broker import BrokerError, KafkaBroker
+from offsetbatch.dev.stack.kafka_broker import BrokerError, KafkaBroker
 
 pytestmark = pytest.mark.integration
 

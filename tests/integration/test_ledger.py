@@ -17,7 +17,7 @@ from offsetbatch.ledger import Ledger, LedgerLockTimeout, StaleCommitError
 from offsetbatch.ledger.schema import LATEST, ranges, schema_version
 from offsetbatch.model import OffsetRange, TopicPartition
 from offsetbatch.planner import RunInfo, plan_for_run
-from offsetbatch.sample.producer import produce
+from offsetbatch.dev.sample.producer import produce
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Incremental runs through real Airflow, real Spark (spark-submit, local[2]) and the real broker,
-checked record by record against what was produced (DESIGN.md §3 invariants 1, 2, 5)."""
+checked record by record against what was produced (docs/architecture.md, Invariants 1, 2, 5)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from offsetbatch import verify
+from offsetbatch.dev import verify
 from offsetbatch.kafka_source import KafkaSource
 
 pytestmark = pytest.mark.integration

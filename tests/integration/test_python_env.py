@@ -1,4 +1,4 @@
-"""The installed Python tree is the one the project pins (DESIGN.md §8)."""
+"""The installed Python tree is the one the project pins (docs/architecture.md, Airflow facts the code relies on)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Spark reads exact per-partition offset ranges from the local broker, with the cached connector
-and no network (the job's read path, DESIGN.md §1)."""
+and no network (the job's read path, docs/architecture.md, What it is)."""
 
 from __future__ import annotations
 

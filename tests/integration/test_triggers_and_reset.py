@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks.files import TableLayout
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 10, 12, tzinfo=timezone.utc)

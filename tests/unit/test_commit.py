@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from offsetbatch.commit import publish, validate_manifest
+from offsetbatch.commit import validate_manifest
 from offsetbatch.errors import ManifestError
 from offsetbatch.jobspec import Manifest, RangeReport
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks.files import FilesSink, TableLayout
 from offsetbatch.model import Batch, OffsetRange
 
 
@@ -56,23 +56,25 @@ def _stage(layout: TableLayout, attempt: str, content: str) -> None:
 
 
 def test_publish_replaces_earlier_output_and_is_idempotent(tmp_path):
-    layout = TableLayout(str(tmp_path / "table"))
+    sink = FilesSink.at(str(tmp_path / "table"))
+    layout = sink.layout
     _stage(layout, "a1", "old")
-    publish(layout, 3, "a1")
+    sink.publish(3, "a1")
     _stage(layout, "a2", "new")
     _stage(layout, "a3", "loser")  # a concurrent attempt: discarded
-    publish(layout, 3, "a2")
-    publish(layout, 3, "a2")  # a crash-and-rerun of publish changes nothing
+    sink.publish(3, "a2")
+    sink.publish(3, "a2")  # a crash-and-rerun of publish changes nothing
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "new"
     assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "new"
     assert not Path(layout.staging(3)).exists() and not Path(layout.meta, "trash").exists()
 
 
 def test_publish_finishes_after_a_crash_between_its_moves(tmp_path):
-    layout = TableLayout(str(tmp_path / "table"))
+    sink = FilesSink.at(str(tmp_path / "table"))
+    layout = sink.layout
     _stage(layout, "a1", "v1")
     Path(layout.data(3)).parent.mkdir(parents=True, exist_ok=True)
     Path(layout.staging_data(3, "a1")).rename(layout.data(3))  # crash after the first rename
-    publish(layout, 3, "a1")
+    sink.publish(3, "a1")
     assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "v1"
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "v1"

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from offsetbatch.errors import RequestError
+from offsetbatch.errors import RunRequestError
 from offsetbatch.kafka_source import PartitionOffsets
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange, TopicPartition
-from offsetbatch.requests import ResetTarget
+from offsetbatch.run_request import ResetTarget
 from offsetbatch.reset import apply_reset, plan_reset
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -69,7 +69,7 @@ def test_rewind_snaps_back_to_whole_batches_on_all_their_partitions(ledger):
 
 def test_rewind_without_the_flag_is_refused_and_apply_is_audited(ledger):
     target = ResetTarget("offsets", offsets={P0: 150})
-    with ledger.reading() as conn, pytest.raises(RequestError, match=r"committed batch\(es\) 2\. Set allow_rewind"):
+    with ledger.reading() as conn, pytest.raises(RunRequestError, match=r"committed batch\(es\) 2\. Set allow_rewind"):
         plan_reset(CFG, ledger, conn, FakeKafka(), target, allow_rewind=False)
     with ledger.lock("p") as conn:
         plan = plan_reset(CFG, ledger, conn, FakeKafka(), target, allow_rewind=True)

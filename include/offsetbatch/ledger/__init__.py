@@ -1,7 +1,7 @@
 """The offsets ledger: batches, ranges, frontier, data-loss gaps and audit events.
 
 The single source of truth for what was read. Airflow tasks own it; the Spark job never
-touches it (DESIGN.md §2).
+touches it (docs/architecture.md, Data flow).
 """
 
 from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout, StaleCommitError

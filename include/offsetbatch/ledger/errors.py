@@ -1,7 +1,9 @@
 """Ledger errors. Each message names the pipeline, the partition/offsets involved and what to do."""
 
+from offsetbatch.errors import OffsetbatchError
 
-class LedgerError(RuntimeError):
+
+class LedgerError(OffsetbatchError):
     """Base class for ledger errors."""
 
 

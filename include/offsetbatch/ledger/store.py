@@ -11,6 +11,7 @@ from typing import Iterator
 import sqlalchemy as sa
 
 from offsetbatch.ledger import engine as eng
+from offsetbatch.ledger import queries
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError
 from offsetbatch.ledger.schema import batches, events, frontier, gaps, ranges
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
@@ -62,6 +63,13 @@ class Ledger:
     def dispose(self) -> None:
         self.engine.dispose()
 
+    def __enter__(self) -> "Ledger":
+        """``with Ledger.for_config(cfg) as ledger:`` disposes the engine's connections on exit."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.dispose()
+
     @contextmanager
     def lock(self, pipeline: str, timeout_s: float = eng.LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
         with eng.pipeline_lock(self.engine, pipeline, timeout_s) as conn:
@@ -84,25 +92,22 @@ class Ledger:
         with self.reading() as conn:
             return self.frontier(conn, pipeline)
 
-    @staticmethod
-    def _ranges(conn: sa.Connection, pipeline: str, batch_id: int) -> list[OffsetRange]:
-        rows = conn.execute(
-            sa.select(ranges).where(ranges.c.pipeline == pipeline, ranges.c.batch_id == batch_id)
-            .order_by(ranges.c.topic, ranges.c.partition)
-        )
-        return [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before) for r in rows]
-
-    def _batch(self, conn: sa.Connection, row) -> Batch:
+    def _batch(self, conn: sa.Connection, row, read: list | None = None) -> Batch:
+        """A batch row as a ``Batch``; ``read``: its range rows when the caller fetched a page's
+        ranges at once (``queries.range_rows``), else they are read here."""
         stats = {k: row._mapping[k] for k in ("rows_in", "rows_out", "rows_rejected", "bytes_in", "job_seconds",
                                               "commit_seconds", "attempts", "planned_at", "committed_at",
                                               "published_at", "data_interval_start", "data_interval_end",
                                               "output_path", "committed_attempt")}
-        if row.target_batch_id is not None:  # a replay re-reads its target's ranges; it never moves the frontier
-            read = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset)
-                    for r in self._ranges(conn, row.pipeline, row.target_batch_id)]
-        else:
-            read = self._ranges(conn, row.pipeline, row.batch_id)
-        return Batch(row.pipeline, row.batch_id, row.kind, row.status, read, row.run_id, row.dag_id, stats,
+        owner = row.target_batch_id if row.target_batch_id is not None else row.batch_id
+        if read is None:
+            read = conn.execute(sa.select(ranges).where(ranges.c.pipeline == row.pipeline, ranges.c.batch_id == owner)
+                                .order_by(ranges.c.topic, ranges.c.partition)).all()
+        # a replay re-reads its target's ranges; it never moves the frontier
+        keep_cas = row.target_batch_id is None
+        planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset,
+                               r.frontier_before if keep_cas else None) for r in read]
+        return Batch(row.pipeline, row.batch_id, row.kind, row.status, planned, row.run_id, row.dag_id, stats,
                      target_batch_id=row.target_batch_id, superseded_by=row.superseded_by)
 
     def get_batch(self, pipeline: str, batch_id: int, conn: sa.Connection | None = None) -> Batch:
@@ -169,12 +174,12 @@ class Ledger:
         return self._batch(conn, row) if row else None
 
     def list_batches(self, pipeline: str, limit: int = 50, before: int | None = None) -> list[Batch]:
+        """Up to ``limit`` batches, newest first, with ``batch_id < before`` if given: the UI's paged
+        query (``ledger.queries``), one query for the page and one ``IN`` query for its ranges."""
         with self.reading() as conn:
-            q = sa.select(batches).where(batches.c.pipeline == pipeline)
-            if before is not None:
-                q = q.where(batches.c.batch_id < before)
-            rows = conn.execute(q.order_by(batches.c.batch_id.desc()).limit(limit)).all()
-            return [self._batch(conn, r) for r in rows]
+            rows = queries.page_rows(conn, pipeline, limit, before)
+            read = queries.range_rows(conn, pipeline, (r.target_batch_id or r.batch_id for r in rows))
+            return [self._batch(conn, r, read.get(r.target_batch_id or r.batch_id, [])) for r in rows]
 
     def all_ranges(self, pipeline: str, committed_only: bool = True) -> list[tuple[int, OffsetRange]]:
         """Every range of the pipeline with its batch id, ordered by partition and offset."""

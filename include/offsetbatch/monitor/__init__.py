@@ -1,8 +1,8 @@
 """The read side for operators: what the Airflow UI plugin (``plugins/offsetbatch_ui.py``) and its
 JSON API show. Everything comes from the ledger (through each pipeline's config) and from Kafka's
-log ends, never from Airflow's own database.
+log ends, never from Airflow's own database. The paged, indexed ledger reads behind the pages
+(keyset paging; one query per page, not one per batch) are ``offsetbatch.ledger.queries``.
 
-    queries  paged, indexed ledger reads (keyset paging; one query per page, not one per batch)
     health   the warning rules of the Pipelines page (pure)
     chart    the lag-over-time chart as inline SVG (pure; no script, no CDN)
     views    HTML pages (Jinja2 templates in ``templates/``)

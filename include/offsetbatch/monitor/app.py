@@ -1,7 +1,7 @@
 """The FastAPI app the Airflow plugin mounts at ``/offsetbatch``: HTML pages for the UI's
 ``external_views`` and the JSON API behind them (``docs/ui.md``).
 
-Every route needs an Airflow login (DESIGN.md §8: plugin routes are not authenticated by default):
+Every route needs an Airflow login (docs/architecture.md, Airflow facts the code relies on: plugin routes are not authenticated by default):
 the app-wide dependency resolves the user from the ``Authorization: Bearer`` header or the UI's
 session cookie through Airflow's own ``get_user``; a pipeline is shown only to users who may read
 its DAG. An unauthenticated page request is sent to Airflow's login page; an API request gets 401.
@@ -19,9 +19,11 @@ from airflow.api_fastapi.core_api.security import GetUserDep as User
 from airflow.api_fastapi.core_api.security import get_user
 
 from offsetbatch.config import ConfigError, PipelineConfig
-from offsetbatch.monitor import chart, health, queries
+from offsetbatch.ledger import queries
+from offsetbatch.monitor import chart, health
 from offsetbatch.monitor.sources import Sources
 from offsetbatch.monitor.views import render
+from offsetbatch.sinks import sink_for
 
 log = logging.getLogger(__name__)
 PAGE = 50
@@ -33,6 +35,17 @@ def _may_read(user, cfg: PipelineConfig, runs: bool = False) -> bool:
 
     return get_auth_manager().is_authorized_dag(method="GET", user=user, details=DagDetails(id=cfg.dag_id),
                                                 access_entity=DagAccessEntity.RUN if runs else None)
+
+
+def _locate(cfg: PipelineConfig, batches: list[dict]) -> list[dict]:
+    """Where each batch's output and rejected records are, as the pipeline's sink says (at the sink
+    path the batch was planned with)."""
+    for b in batches:
+        path = b.pop("output_path", None)
+        where = sink_for(cfg.name, cfg.sink.model_copy(update={"path": path})).locations(b["output_id"]) if path else {}
+        b["output"] = where.get("data") or where.get("output")
+        b["rejected_output"] = where.get("rejected")
+    return batches
 
 
 def create_app(sources: Sources | None = None) -> FastAPI:
@@ -105,6 +118,7 @@ def create_app(sources: Sources | None = None) -> FastAPI:
         out["lag_history"] = lag[-points:]
         out["gaps"] = queries.gap_rows(ledger, cfg.name)
         out["page"] = queries.batch_page(ledger, cfg.name, before, limit)
+        _locate(cfg, out["page"]["batches"])
         queries.mark_gaps(out["page"]["batches"], out["gaps"])
         return out
 
@@ -114,7 +128,7 @@ def create_app(sources: Sources | None = None) -> FastAPI:
             return None, []
         if not _may_read(user, cfg, runs=True):
             raise HTTPException(403, f"you may not read runs of DAG {dag_id}")
-        return cfg, queries.batches_for_run(src.ledger(cfg), cfg.name, run_id)
+        return cfg, _locate(cfg, queries.batches_for_run(src.ledger(cfg), cfg.name, run_id))
 
     # ---- pages ----------------------------------------------------------------------------
 

@@ -18,8 +18,8 @@ def _ticks(top: int, n: int = 4) -> list[int]:
 
 
 def lag_svg(points: list[dict], gaps: list[dict] | None = None) -> str:
-    """``points``: ``queries.lag_history`` (oldest first). Blue: lag when each batch was planned;
-    grey: lag left after it. Red lines: data-loss gaps, at the time they were recorded."""
+    """``points``: ``ledger.queries.lag_history`` (oldest first). Blue: lag when each batch was
+    planned; grey: lag left after it. Red lines: data-loss gaps, at the time they were recorded."""
     if not points:
         return (f'<svg class="chart" role="img" aria-label="lag chart: no history" viewBox="0 0 {W} 60" '
                 f'xmlns="http://www.w3.org/2000/svg"><text x="8" y="34">No lag history yet (recorded from the '

@@ -24,7 +24,8 @@ def lag_growing(history: list[int], now: int | None) -> bool:
 
 
 def assess(status: dict, summary: dict, lag_points: list[dict]) -> tuple[str, list[Finding]]:
-    """``status``: ``PipelineStatus.to_dict()``; ``summary``: ``queries.summary``; ``lag_points``: ``queries.lag_history``."""
+    """``status``: ``PipelineStatus.to_dict()``; ``summary``: ``ledger.queries.summary``;
+    ``lag_points``: ``ledger.queries.lag_history``."""
     found: list[Finding] = []
     name = status["pipeline"]
     if status.get("kafka_error"):

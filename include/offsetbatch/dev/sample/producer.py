@@ -2,7 +2,7 @@
 spread over simulated hours, and a chosen fraction of malformed records (bad JSON or schema
 mismatches) so the rejected path is exercised too.
 
-    python -m offsetbatch.sample.producer --topic events --records 20000 --hours 3
+    python -m offsetbatch.dev.sample.producer --topic events --records 20000 --hours 3
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import TopicPartition
 from offsetbatch.planner import RunInfo, plan_for_run
-from offsetbatch.sample.producer import ensure_topic
+from offsetbatch.dev.sample.producer import ensure_topic
 
 RECORDS_PER_PARTITION = 5
 

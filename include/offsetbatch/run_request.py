@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from offsetbatch.errors import RequestError
+from offsetbatch.errors import RunRequestError
 from offsetbatch.model import TopicPartition
 
 Mode = Literal["next", "replay", "reset", "backfill"]
@@ -60,17 +60,17 @@ def parse_time(pipeline: str, name: str, value: Any) -> datetime:
         try:
             ts = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise RequestError(f"pipeline {pipeline}: {name} {value!r} is not an ISO-8601 timestamp "
+            raise RunRequestError(f"pipeline {pipeline}: {name} {value!r} is not an ISO-8601 timestamp "
                                f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.") from None
     if ts.tzinfo is None:
-        raise RequestError(f"pipeline {pipeline}: {name} {value!r} has no timezone; add one "
+        raise RunRequestError(f"pipeline {pipeline}: {name} {value!r} has no timezone; add one "
                            f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.")
     return ts
 
 
 def parse_reset_target(pipeline: str, value: Any) -> ResetTarget:
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise RequestError(f"pipeline {pipeline}: mode reset needs reset_to: earliest, latest, an ISO timestamp, "
+        raise RunRequestError(f"pipeline {pipeline}: mode reset needs reset_to: earliest, latest, an ISO timestamp, "
                            f"or JSON {{\"topic\": {{\"partition\": offset}}}}. Nothing was changed.")
     if isinstance(value, str) and value.strip() in ("earliest", "latest"):
         return ResetTarget(value.strip())
@@ -85,23 +85,23 @@ def _parse_offsets(pipeline: str, value: Any) -> dict[TopicPartition, int]:
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise RequestError(f"pipeline {pipeline}: reset_to is malformed JSON ({exc.msg} at character {exc.pos}); "
+            raise RunRequestError(f"pipeline {pipeline}: reset_to is malformed JSON ({exc.msg} at character {exc.pos}); "
                                f"expected {shape}. Nothing was changed.") from None
     if not isinstance(value, dict) or not value:
-        raise RequestError(f"pipeline {pipeline}: reset_to must be {shape}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {pipeline}: reset_to must be {shape}. Nothing was changed.")
     out: dict[TopicPartition, int] = {}
     for topic, parts in value.items():
         if not isinstance(parts, dict) or not parts:
-            raise RequestError(f"pipeline {pipeline}: reset_to[{topic!r}] must map partitions to offsets ({shape}). "
+            raise RunRequestError(f"pipeline {pipeline}: reset_to[{topic!r}] must map partitions to offsets ({shape}). "
                                f"Nothing was changed.")
         for part, offset in parts.items():
             try:
                 p = int(part)
             except (TypeError, ValueError):
-                raise RequestError(f"pipeline {pipeline}: reset_to[{topic!r}] has partition {part!r}, not a number. "
+                raise RunRequestError(f"pipeline {pipeline}: reset_to[{topic!r}] has partition {part!r}, not a number. "
                                    f"Nothing was changed.") from None
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-                raise RequestError(f"pipeline {pipeline}: reset_to[{topic!r}][{part!r}] = {offset!r} is not an "
+                raise RunRequestError(f"pipeline {pipeline}: reset_to[{topic!r}][{part!r}] = {offset!r} is not an "
                                    f"offset (a non-negative integer). Nothing was changed.")
             out[TopicPartition(topic, p)] = offset
     return out
@@ -116,9 +116,9 @@ def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
         try:
             n = int(item)
         except (TypeError, ValueError):
-            raise RequestError(f"pipeline {pipeline}: batch_ids has {item!r}, not a batch id. Nothing was changed.") from None
+            raise RunRequestError(f"pipeline {pipeline}: batch_ids has {item!r}, not a batch id. Nothing was changed.") from None
         if n <= 0:
-            raise RequestError(f"pipeline {pipeline}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
+            raise RunRequestError(f"pipeline {pipeline}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
         ids.append(n)
     return tuple(sorted(set(ids)))
 
@@ -129,32 +129,32 @@ def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
     params = params or {}
     if run_type == "backfill":
         if interval[0] is None or interval[1] is None:
-            raise RequestError(f"pipeline {pipeline}: a backfill run without a data interval cannot be planned")
+            raise RunRequestError(f"pipeline {pipeline}: a backfill run without a data interval cannot be planned")
         return RunRequest("backfill", window=(interval[0], interval[1]), actor=actor, reason="airflow backfill")
     mode = params.get("mode") or "next"
     if mode not in MODES:
-        raise RequestError(f"pipeline {pipeline}: mode {mode!r} is not one of {', '.join(MODES)}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {pipeline}: mode {mode!r} is not one of {', '.join(MODES)}. Nothing was changed.")
     common = dict(actor=actor, reason=params.get("reason") or None)
     if mode == "next":
         return RunRequest("next", **common)
     if mode == "replay":
         start, end, ids = params.get("replay_start"), params.get("replay_end"), _batch_ids(pipeline, params.get("batch_ids"))
         if ids and (start or end):
-            raise RequestError(f"pipeline {pipeline}: give replay either batch_ids or a window "
+            raise RunRequestError(f"pipeline {pipeline}: give replay either batch_ids or a window "
                                f"(replay_start/replay_end), not both. Nothing was changed.")
         if ids:
             return RunRequest("replay", batch_ids=ids, **common)
         if not (start and end):
-            raise RequestError(f"pipeline {pipeline}: mode replay needs batch_ids, or both replay_start and "
+            raise RunRequestError(f"pipeline {pipeline}: mode replay needs batch_ids, or both replay_start and "
                                f"replay_end. Nothing was changed.")
         s, e = parse_time(pipeline, "replay_start", start), parse_time(pipeline, "replay_end", end)
         if e <= s:
-            raise RequestError(f"pipeline {pipeline}: replay window end {e.isoformat()} is not after its start "
+            raise RunRequestError(f"pipeline {pipeline}: replay window end {e.isoformat()} is not after its start "
                                f"{s.isoformat()}. Nothing was changed.")
         return RunRequest("replay", window=(s, e), **common)
     dry = params.get("dry_run", True)
     if not isinstance(dry, bool):
-        raise RequestError(f"pipeline {pipeline}: dry_run must be true or false, not {dry!r}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {pipeline}: dry_run must be true or false, not {dry!r}. Nothing was changed.")
     return RunRequest("reset", reset_to=parse_reset_target(pipeline, params.get("reset_to")), dry_run=dry,
                       allow_rewind=bool(params.get("allow_rewind", False)), **common)
 

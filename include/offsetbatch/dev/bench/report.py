@@ -9,9 +9,9 @@ import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
-from offsetbatch.bench.dataset import Dataset
-from offsetbatch.bench.ledger_cost import Cost
-from offsetbatch.bench.throughput import Sample
+from offsetbatch.dev.bench.dataset import Dataset
+from offsetbatch.dev.bench.ledger_cost import Cost
+from offsetbatch.dev.bench.throughput import Sample
 
 MEASURES = {"raw": "raw read (count only)", "job": "our batch job", "peer": "peer: Structured Streaming AvailableNow",
             "dag": "our whole DAG run (plan + spark-submit + commit)"}
@@ -32,7 +32,7 @@ def machine() -> str:
 def versions() -> str:
     from importlib.metadata import version
 
-    from offsetbatch.devstack.artifacts import KAFKA_VERSION
+    from offsetbatch.dev.stack.artifacts import KAFKA_VERSION
 
     return (f"Python {platform.python_version()}, PySpark {version('pyspark')}, apache-airflow {version('apache-airflow')}, "
             f"kafka-python {version('kafka-python')}, Kafka broker {KAFKA_VERSION}, SQLAlchemy {version('SQLAlchemy')}")
@@ -84,7 +84,7 @@ def markdown(ds: Dataset, samples: dict[str, list[Sample]], costs: list[Cost], d
         f"* Machine: {machine()}", f"* Versions: {versions()}",
         f"* Data: {ds.records:,} JSON records, {mb:.0f} MiB of values (about {ds.bytes / ds.records:.0f} B each), "
         f"{ds.partitions} partitions of topic `{ds.topic}` on the local broker; every measurement reads all of it.",
-        "* Spark: `local[*]`, the same `--conf` for every measurement (see `offsetbatch.bench.throughput.spark_conf`). "
+        "* Spark: `local[*]`, the same `--conf` for every measurement (see `offsetbatch.dev.bench.throughput.spark_conf`). "
         "Each figure is the median of the repetitions; \"in app\" is measured inside the application after the "
         "Spark session is up, \"wall\" around the whole `spark-submit` (JVM start included).", "",
         "## Throughput", "",

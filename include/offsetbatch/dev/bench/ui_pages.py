@@ -29,12 +29,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from offsetbatch.devstack.kafka_broker import KafkaBroker
-from offsetbatch.devstack.postgres import PostgresCluster
+from offsetbatch.dev.stack.kafka_broker import KafkaBroker
+from offsetbatch.dev.stack.postgres import PostgresCluster
 from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import batches, frontier, gaps, ranges
 from offsetbatch.paths import PROJECT_ROOT, local_dir
-from offsetbatch.sample.producer import ensure_topic
+from offsetbatch.dev.sample.producer import ensure_topic
 
 TOPIC, PARTITIONS, PER_RANGE = "bench-ui", 4, 250
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -160,7 +160,7 @@ def p95(xs: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offsetbatch.bench.ui_pages", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m offsetbatch.dev.bench.ui_pages", description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=10_000)
     parser.add_argument("--baseline", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=30)
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     (docs / "ui-benchmark.md").write_text("\n".join([
         "# UI plugin: page response times with 10,000 batches",
         "",
-        f"Written by `{'make bench-ui' if not argv else 'python -m offsetbatch.bench.ui_pages ' + ' '.join(argv)}` "
+        f"Written by `{'make bench-ui' if not argv else 'python -m offsetbatch.dev.bench.ui_pages ' + ' '.join(argv)}` "
         f"on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC in {minutes:.1f} min "
         f"({platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}).",
         "",

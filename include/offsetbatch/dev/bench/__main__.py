@@ -1,4 +1,4 @@
-"""``make bench`` (``python -m offsetbatch.bench``): one run, one machine, the local broker.
+"""``make bench`` (``python -m offsetbatch.dev.bench``): one run, one machine, the local broker.
 
 1. produce the data set once (default 5,000,000 JSON records of ~200 B over 8 partitions);
 2. per repetition, over the same ranges and Spark settings: raw read, batch job, peer
@@ -22,10 +22,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from offsetbatch.bench import ledger_cost, report, throughput
-from offsetbatch.bench.dataset import ensure_dataset
-from offsetbatch.devstack.kafka_broker import KafkaBroker
-from offsetbatch.devstack.postgres import PostgresCluster
+from offsetbatch.dev.bench import ledger_cost, report, throughput
+from offsetbatch.dev.bench.dataset import ensure_dataset
+from offsetbatch.dev.stack.kafka_broker import KafkaBroker
+from offsetbatch.dev.stack.postgres import PostgresCluster
 from offsetbatch.paths import PROJECT_ROOT, local_dir
 
 
@@ -45,7 +45,7 @@ def _airflow_env(work: Path, bootstrap: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offsetbatch.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m offsetbatch.dev.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=5_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     started = time.monotonic()
-    command = "make bench" if not argv else "python -m offsetbatch.bench " + " ".join(argv)
+    command = "make bench" if not argv else "python -m offsetbatch.dev.bench " + " ".join(argv)
     work = local_dir() / "bench"
     work.mkdir(parents=True, exist_ok=True)
 

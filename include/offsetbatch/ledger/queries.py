@@ -1,23 +1,57 @@
-"""Ledger reads behind the UI and its JSON API.
+"""Read-only, paged ledger queries: ``Ledger.list_batches`` and the UI plugin's pages and JSON API
+(``offsetbatch.monitor``) both read batch history through them.
 
 They must stay fast with tens of thousands of batches: history pages are keyset-paged on the
-primary key (``batch_id < before``), a page's ranges come in one ``IN`` query, and the 24-hour
-figures use ``ix_ob_batches_committed``. Every function returns JSON-ready dicts.
+primary key (``batch_id < before``), a page's ranges come in one ``IN`` query (not one per batch),
+the run tab uses ``ix_ob_batches_run`` and the 24-hour figures ``ix_ob_batches_committed``.
+
+``page_rows`` and ``range_rows`` take a connection and return rows (the building blocks); the UI
+functions take a ``Ledger``, read in one connection of ``Ledger.reading()`` and return JSON-ready dicts.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import sqlalchemy as sa
 
-from offsetbatch.layout import TableLayout
-from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import batches, gaps, ranges
 
+if TYPE_CHECKING:
+    from offsetbatch.ledger.store import Ledger
+
 MAX_PAGE = 500
+
+
+# ---- building blocks (a connection in, rows out) ----------------------------------------------
+
+
+def page_rows(conn: sa.Connection, pipeline: str, limit: int, before: int | None = None) -> list[sa.Row]:
+    """Up to ``limit`` batch rows, newest first, with ``batch_id < before`` if given (keyset paging
+    on the primary key: a deep page costs what the first one does)."""
+    q = sa.select(batches).where(batches.c.pipeline == pipeline)
+    if before is not None:
+        q = q.where(batches.c.batch_id < before)
+    return conn.execute(q.order_by(batches.c.batch_id.desc()).limit(limit)).all()
+
+
+def range_rows(conn: sa.Connection, pipeline: str, ids: Iterable[int]) -> dict[int, list[sa.Row]]:
+    """The range rows of batches ``ids`` in one ``IN`` query, by batch id, each ordered by topic
+    and partition. A replay has no ranges of its own: ask for its ``target_batch_id``."""
+    out: dict[int, list[sa.Row]] = defaultdict(list)
+    ids = sorted(set(ids))
+    if not ids:
+        return out
+    rows = conn.execute(sa.select(ranges).where(ranges.c.pipeline == pipeline, ranges.c.batch_id.in_(ids))
+                        .order_by(ranges.c.batch_id, ranges.c.topic, ranges.c.partition))
+    for r in rows:
+        out[r.batch_id].append(r)
+    return out
+
+
+# ---- the UI's reads (a Ledger in, JSON-ready dicts out) ---------------------------------------
 
 
 def _iso(v: Any) -> Any:
@@ -33,27 +67,19 @@ def _seconds(a: datetime | None, b: datetime | None) -> float | None:
     return round((b - a).total_seconds(), 1)
 
 
-def _ranges_of(conn: sa.Connection, pipeline: str, ids: set[int]) -> dict[int, list[dict]]:
-    out: dict[int, list[dict]] = defaultdict(list)
-    if not ids:
-        return out
-    rows = conn.execute(sa.select(ranges).where(ranges.c.pipeline == pipeline, ranges.c.batch_id.in_(sorted(ids)))
-                        .order_by(ranges.c.batch_id, ranges.c.topic, ranges.c.partition))
-    for r in rows:
-        out[r.batch_id].append({"topic": r.topic, "partition": r.partition, "from_offset": r.from_offset,
-                                "until_offset": r.until_offset, "records": r.until_offset - r.from_offset,
-                                "rows_read": r.rows_read, "rows_rejected": r.rows_rejected})
-    return out
+def _range_dict(r: sa.Row) -> dict:
+    return {"topic": r.topic, "partition": r.partition, "from_offset": r.from_offset,
+            "until_offset": r.until_offset, "records": r.until_offset - r.from_offset,
+            "rows_read": r.rows_read, "rows_rejected": r.rows_rejected}
 
 
 def _batch_rows(conn: sa.Connection, pipeline: str, rows: list) -> list[dict]:
     """Batch rows with their ranges (a replay shows its target's ranges), in two queries."""
-    read = _ranges_of(conn, pipeline, {r.target_batch_id or r.batch_id for r in rows})
+    read = range_rows(conn, pipeline, (r.target_batch_id or r.batch_id for r in rows))
     out = []
     for r in rows:
-        rs = read.get(r.target_batch_id or r.batch_id, [])
         folder = r.target_batch_id or r.batch_id
-        layout = TableLayout(r.output_path) if r.output_path else None
+        rs = [_range_dict(x) for x in read.get(folder, [])]
         out.append({
             "batch_id": r.batch_id, "kind": r.kind, "status": r.status, "dag_id": r.dag_id, "run_id": r.run_id,
             "data_interval_start": _iso(r.data_interval_start), "data_interval_end": _iso(r.data_interval_end),
@@ -63,8 +89,7 @@ def _batch_rows(conn: sa.Connection, pipeline: str, rows: list) -> list[dict]:
             "rows_rejected": r.rows_rejected, "bytes_in": r.bytes_in, "job_seconds": r.job_seconds,
             "commit_seconds": r.commit_seconds, "duration_seconds": _seconds(r.planned_at, r.committed_at),
             "lag_at_plan": r.lag_at_plan, "target_batch_id": r.target_batch_id, "superseded_by": r.superseded_by,
-            "output": layout.data(folder) if layout else None,
-            "rejected_output": layout.rejected(folder) if layout else None,
+            "output_id": folder, "output_path": r.output_path,  # the UI asks the sink where that is
             "ranges": rs,
         })
     return out
@@ -74,10 +99,7 @@ def batch_page(ledger: Ledger, pipeline: str, before: int | None = None, limit: 
     """One page of batch history, newest first; ``next_before`` pages on (``None`` on the last page)."""
     limit = max(1, min(limit, MAX_PAGE))
     with ledger.reading() as conn:
-        q = sa.select(batches).where(batches.c.pipeline == pipeline)
-        if before is not None:
-            q = q.where(batches.c.batch_id < before)
-        rows = conn.execute(q.order_by(batches.c.batch_id.desc()).limit(limit + 1)).all()
+        rows = page_rows(conn, pipeline, limit + 1, before)
         more = len(rows) > limit
         rows = rows[:limit]
         total = conn.execute(sa.select(sa.func.count()).select_from(batches)
@@ -100,8 +122,7 @@ def summary(ledger: Ledger, pipeline: str, now: datetime | None = None) -> dict:
     now = now or datetime.now(timezone.utc)
     since = now - timedelta(hours=24)
     with ledger.reading() as conn:
-        last = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline)
-                            .order_by(batches.c.batch_id.desc()).limit(1)).all()
+        last = page_rows(conn, pipeline, 1)
         last_committed = conn.execute(
             sa.select(batches.c.batch_id, batches.c.committed_at)
             .where(batches.c.pipeline == pipeline, batches.c.status == "committed")

@@ -19,7 +19,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from offsetbatch.devstack import artifacts
+from offsetbatch.dev.stack import artifacts
+from offsetbatch.errors import OffsetbatchError
 from offsetbatch.paths import local_dir
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ logger.state.level = WARN
 """
 
 
-class BrokerError(RuntimeError):
+class BrokerError(OffsetbatchError):
     """The broker could not be started or stopped; the message says why and what to do."""
 
 

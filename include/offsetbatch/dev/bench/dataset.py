@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.model import TopicPartition
-from offsetbatch.sample.producer import PAGES, ensure_topic
+from offsetbatch.dev.sample.producer import PAGES, ensure_topic
 
 START = datetime(2026, 11, 1, tzinfo=timezone.utc)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks.files import TableLayout
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange
 

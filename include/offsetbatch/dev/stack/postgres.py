@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from offsetbatch.errors import OffsetbatchError
 from offsetbatch.paths import local_dir
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 54329
 
 
-class PostgresError(RuntimeError):
+class PostgresError(OffsetbatchError):
     """The cluster could not be installed, created or started; the message says what to do."""
 
 

@@ -12,9 +12,9 @@ import logging
 import os
 import sys
 
-from offsetbatch.devstack import artifacts
-from offsetbatch.devstack.kafka_broker import BrokerError, KafkaBroker
-from offsetbatch.devstack.postgres import PostgresCluster, PostgresError
+from offsetbatch.dev.stack import artifacts
+from offsetbatch.dev.stack.kafka_broker import BrokerError, KafkaBroker
+from offsetbatch.dev.stack.postgres import PostgresCluster, PostgresError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from offsetbatch.errors import ArtifactError
 from offsetbatch.paths import PROJECT_ROOT, cache_dir
+from offsetbatch.spark_jars import spark_connector_dir
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +28,8 @@ KAFKA_VERSION = re.search(
 ).group(1)
 
 
-class ArtifactError(RuntimeError):
-    """An artifact could not be resolved; the message says what to do."""
-
-
 def kafka_libs_dir() -> Path:
     return cache_dir() / f"kafka-{KAFKA_VERSION}" / "libs"
-
-
-def spark_connector_dir() -> Path:
-    return cache_dir() / "spark-kafka" / "jars"
 
 
 def _ensure_maven() -> str:
@@ -103,16 +97,6 @@ def fetch_spark_connector() -> Path:
         if _artifact_id(jar.name) in shipped:
             jar.unlink()
     return out
-
-
-def spark_connector_jars() -> list[str]:
-    """Absolute paths of the cached connector jars, for ``spark.jars`` / ``spark-submit --jars``."""
-    out = spark_connector_dir()
-    if not (out / ".complete").exists():
-        raise ArtifactError(
-            f"Spark's Kafka connector is not cached in {out}. Run 'make setup' (needs Maven Central once)."
-        )
-    return sorted(str(p) for p in out.glob("*.jar"))
 
 
 def main() -> None:

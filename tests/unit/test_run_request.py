@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from offsetbatch.errors import RequestError
+from offsetbatch.errors import RunRequestError
 from offsetbatch.model import TopicPartition
-from offsetbatch.requests import from_params
+from offsetbatch.run_request import from_params
 
 T0 = datetime(2026, 11, 20, 13, tzinfo=timezone.utc)
 
@@ -53,6 +53,6 @@ def test_reset_targets():
     ({"mode": "reset", "reset_to": "soon"}, "'soon' is not an ISO-8601 timestamp"),
 ])
 def test_bad_values_are_named(params, message):
-    with pytest.raises(RequestError) as err:
+    with pytest.raises(RunRequestError) as err:
         from_params("orders", params)
     assert message in str(err.value) and "pipeline orders" in str(err.value) and "Nothing was changed" in str(err.value)

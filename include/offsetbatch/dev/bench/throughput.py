@@ -16,10 +16,10 @@ from pathlib import Path
 
 import psutil
 
-from offsetbatch.bench.dataset import Dataset
-from offsetbatch.devstack.artifacts import spark_connector_jars
+from offsetbatch.dev.bench.dataset import Dataset
+from offsetbatch.spark_jars import spark_connector_jars
 from offsetbatch.jobspec import JobSpec, Manifest
-from offsetbatch.layout import TableLayout
+from offsetbatch.sinks.files import TableLayout
 from offsetbatch.paths import PROJECT_ROOT
 
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE, session STRING"
@@ -44,11 +44,12 @@ def spark_conf(driver_memory: str) -> dict[str, str]:
 
 
 def job_spec(ds: Dataset, bootstrap: str, table: str) -> JobSpec:
-    return JobSpec(pipeline="bench", batch_id=1, bootstrap=bootstrap,
+    return JobSpec(pipeline="bench", output_id=1, bootstrap=bootstrap,
                    ranges=[{"topic": tp.topic, "partition": tp.partition, "from_offset": a, "until_offset": b,
                             "frontier_before": a} for tp, (a, b) in sorted(ds.ranges.items())],
-                   table=table, value_format="json", schema_ddl=SCHEMA, required=["event_id", "kind", "event_time"],
-                   transform_sql=TRANSFORM, transform_python=None, event_time_column="event_time",
+                   sink={"type": "files", "path": table, "event_time_column": "event_time"},
+                   value_format="json", schema_ddl=SCHEMA, required=["event_id", "kind", "event_time"],
+                   transform_sql=TRANSFORM, transform_python=None,
                    isolation_level="read_uncommitted", records_per_task=2_000_000)
 
 

@@ -1,0 +1,69 @@
+"""``json``: each value is one JSON object parsed with the pipeline's Spark DDL schema.
+
+Records that are null, not UTF-8, not JSON, do not fit the schema, or lack a required field are
+rejected with that reason; the parsed fields replace the raw ``value`` in the output.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from offsetbatch.formats.base import ERROR, META, ValueFormat
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from offsetbatch.jobspec import JobSpec
+
+CORRUPT = "_corrupt_record"
+
+
+def ddl_field_names(ddl: str) -> list[str]:
+    """Field names of a DDL string (top-level commas only: ``<...>`` and ``(...)`` do not split)."""
+    parts, depth, cur = [], 0, ""
+    for ch in ddl:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p.strip().split()[0].strip("`") for p in parts if p.strip()]
+
+
+class JsonFormat(ValueFormat):
+    name = "json"
+    keeps_value = False
+
+    @classmethod
+    def check(cls, schema_ddl: str | None, required: list[str]) -> None:
+        if not schema_ddl:
+            raise ValueError("format 'json' needs a 'schema' (Spark DDL)")
+        missing = [f for f in required if f not in ddl_field_names(schema_ddl)]
+        if missing:
+            raise ValueError(f"'required' names fields not in the schema: {', '.join(missing)}")
+
+    @classmethod
+    def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        text = F.col("value").cast("string")
+        parsed = F.from_json(text, f"{spec.schema_ddl}, {CORRUPT} STRING",
+                             {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
+        df = records.withColumn("_text", text).withColumn("_parsed", parsed)
+        fields = [f for f in df.schema["_parsed"].dataType.fieldNames() if f != CORRUPT]
+        missing = (F.concat_ws(", ", *[F.when(F.col(f"_parsed.{f}").isNull(), F.lit(f)) for f in spec.required])
+                   if spec.required else F.lit(""))
+        error = (
+            F.when(F.col("value").isNull(), F.lit("null value"))
+            .when(F.col("_text").contains("\ufffd"), F.lit("value is not valid UTF-8"))
+            .when(F.get_json_object(F.col("_text"), "$").isNull(), F.lit("malformed JSON"))
+            .when(F.col(f"_parsed.{CORRUPT}").isNotNull(), F.lit("schema mismatch: value does not fit the declared schema"))
+            .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
+        )
+        return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR))

@@ -1,0 +1,27 @@
+"""``raw``: the value is kept as bytes, untouched; no record is rejected by parsing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from offsetbatch.formats.base import ERROR, ValueFormat
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from offsetbatch.jobspec import JobSpec
+
+
+class RawFormat(ValueFormat):
+    name = "raw"
+
+    @classmethod
+    def check(cls, schema_ddl: str | None, required: list[str]) -> None:
+        if schema_ddl or required:
+            raise ValueError("format 'raw' takes no 'schema' or 'required'")
+
+    @classmethod
+    def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        return records.withColumn(ERROR, F.lit(None).cast("string"))

@@ -1,0 +1,40 @@
+"""Output destinations. A sink is chosen by ``sink.type`` in the pipeline YAML (default ``files``).
+
+Adding a sink: one module defining a ``Sink`` subclass (and its ``Settings`` if it has fields of
+its own), one line in ``SINKS`` below, and its tests. ``offsetbatch.sinks.base`` explains the two
+halves a sink implements.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offsetbatch.sinks.base import Sink, SinkSettings, StagedOutput
+from offsetbatch.sinks.files import FilesSink
+from offsetbatch.sinks.staging import StagingLayout
+
+SINKS: dict[str, type[Sink]] = {
+    FilesSink.type: FilesSink,
+}
+
+
+def settings_for(value: Any) -> SinkSettings:
+    """Validate a ``sink:`` mapping with the settings model of its ``type`` (raises ``ValueError``
+    naming the type when it is unknown)."""
+    if isinstance(value, SinkSettings):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"'sink' must be a mapping, got {type(value).__name__}")
+    kind = value.get("type", "files")
+    if kind not in SINKS:
+        raise ValueError(f"sink type {kind!r} is not one of {', '.join(sorted(SINKS))}")
+    return SINKS[kind].Settings.model_validate(value)
+
+
+def sink_for(pipeline: str, settings: SinkSettings | dict) -> Sink:
+    """The sink of a pipeline (``cfg.sink``) or of a job spec (``spec.sink``, a plain mapping)."""
+    settings = settings_for(settings)
+    return SINKS[settings.type](pipeline, settings)
+
+
+__all__ = ["SINKS", "Sink", "SinkSettings", "StagedOutput", "StagingLayout", "settings_for", "sink_for"]

@@ -1,0 +1,129 @@
+"""The sink seam: the two halves every output destination implements.
+
+* The **job half** runs in the Spark driver: ``stage`` writes one attempt's valid and rejected rows
+  to the staging area (``StagingLayout``) and returns what the manifest records about them. The
+  default writes Parquet, which every sink so far publishes from.
+* The **commit half** runs in the commit task under the pipeline's ledger lock, after the ledger
+  transaction that committed the batch: ``publish`` makes exactly one attempt's output visible,
+  replacing whatever that output id held (replays); ``retire`` removes a superseded batch's
+  output; ``discard`` drops an attempt that lost; ``is_published`` says whether an attempt's output
+  is what the target holds. Every one of them is idempotent, because a crash anywhere is finished
+  by running it again.
+* The **read path**: ``read_committed`` / ``read_rejected``, what readers are told to use; they
+  never show output of a batch the ledger has not committed.
+
+A sink module defines a ``Settings`` model (the pipeline YAML's ``sink:`` mapping, validated like
+every other field) and a ``Sink`` subclass, and registers both with one line in
+``offsetbatch.sinks.SINKS``. Nothing here imports pyspark at module level: configs are loaded at
+DAG parse time.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from offsetbatch import storage
+from offsetbatch.sinks.staging import StagingLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class SinkSettings(BaseModel):
+    """Settings every sink has; a sink's own ``Settings`` subclass adds its fields."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = Field("files", description="which sink publishes the batches (offsetbatch.sinks.SINKS)")
+    path: str = Field(description="table root (files sink) or staging root: a local path or a Hadoop-compatible URI")
+    event_time_column: str | None = Field(None, description="output column whose date sub-partitions the output")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if "://" not in v and not v.startswith("/"):
+            raise ValueError(f"must be an absolute path or a URI, got {v!r}")
+        return v.rstrip("/")
+
+
+@dataclass(frozen=True)
+class StagedOutput:
+    """What the job half wrote for one attempt: it goes into the manifest."""
+
+    rows_out: int
+    data_files: list[str]
+    rejected_files: list[str]
+
+
+class Sink(ABC):
+    """One pipeline's output destination. Subclasses set ``type`` and ``Settings``."""
+
+    type: ClassVar[str]
+    Settings: ClassVar[type[SinkSettings]] = SinkSettings
+
+    def __init__(self, pipeline: str, settings: SinkSettings):
+        self.pipeline = pipeline
+        self.settings = settings
+        self.staging = StagingLayout(settings.path)
+
+    # ---- job half (Spark driver) ------------------------------------------------------------
+
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", output_id: int,
+              attempt: str) -> StagedOutput:
+        """Write one attempt's rows as Parquet into its own staging folder (overwriting a rerun of
+        the same attempt). ``data`` is sub-partitioned by ``event_date`` when the sink has an
+        ``event_time_column``; ``rejected`` gets its batch id from the published folder name."""
+        from pyspark.sql import functions as F
+
+        data_dir = self.staging.staging_data(output_id, attempt)
+        rejected_dir = self.staging.staging_rejected(output_id, attempt)
+        partition_by: list[str] = []
+        if self.settings.event_time_column:
+            data = data.withColumn("event_date", F.to_date(F.col(self.settings.event_time_column)))
+            partition_by = ["event_date"]
+        data.write.mode("overwrite").partitionBy(*partition_by).parquet(data_dir)
+        rejected.write.mode("overwrite").parquet(rejected_dir)
+        data_files = storage.files(data_dir)
+        rows_out = spark.read.parquet(data_dir).count() if data_files else 0
+        return StagedOutput(rows_out, data_files, storage.files(rejected_dir))
+
+    # ---- commit half (commit task, under the pipeline lock) ---------------------------------
+
+    @abstractmethod
+    def publish(self, output_id: int, attempt: str) -> None:
+        """Make ``attempt``'s staged output the published output of ``output_id``, replacing what
+        was there. Idempotent; a crash part-way is finished by calling it again."""
+
+    @abstractmethod
+    def retire(self, output_id: int) -> None:
+        """Remove the published output of a superseded batch (another batch re-read its offsets)."""
+
+    @abstractmethod
+    def is_published(self, output_id: int, attempt: str) -> bool:
+        """Whether the target holds exactly ``attempt``'s output for ``output_id``."""
+
+    def discard(self, output_id: int, attempt: str) -> None:
+        """Drop one attempt's staged output (a redundant or losing re-execution)."""
+        storage.remove(self.staging.attempt(output_id, attempt))
+
+    def describe(self, output_id: int) -> str:
+        """Where ``output_id``'s output is, for log lines."""
+        return self.settings.path
+
+    def locations(self, output_id: int) -> dict[str, str]:
+        """Where ``output_id``'s output and its marker are, for ``offsetbatch batch`` and the UI."""
+        return {"output": self.describe(output_id)}
+
+    # ---- read path --------------------------------------------------------------------------
+
+    @abstractmethod
+    def read_committed(self, spark: "SparkSession") -> "DataFrame":
+        """Every committed batch's output, never an uncommitted one's."""
+
+    @abstractmethod
+    def read_rejected(self, spark: "SparkSession") -> "DataFrame":
+        """Malformed records of committed batches, with their Kafka coordinates and the error."""

@@ -1,0 +1,98 @@
+"""The extension seams: a sink or a value format is one module plus one registry line, and the
+pipeline config validates whatever the registry holds (logic only; the integration suite runs the
+files sink and both formats end to end)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from offsetbatch import sinks
+from offsetbatch.config import load_config
+from offsetbatch.errors import ConfigError
+from offsetbatch.formats import FORMATS
+from offsetbatch.jobspec import Manifest
+from offsetbatch.sinks import FilesSink, Sink, SinkSettings, sink_for
+
+BASE = {"name": "orders", "kafka": {"topics": ["orders"]},
+        "value": {"format": "json", "schema": "id STRING"}, "sink": {"path": "/data/orders"}}
+
+
+def _load(tmp_path, **change):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({**BASE, **change}))
+    return load_config(path)
+
+
+def test_files_is_the_default_sink(tmp_path):
+    cfg = _load(tmp_path)
+    assert cfg.sink.type == "files" and isinstance(sink_for(cfg.name, cfg.sink), FilesSink)
+
+
+def test_an_unknown_sink_type_names_the_field_and_the_known_types(tmp_path):
+    with pytest.raises(ConfigError, match=r"field 'sink': .*sink type 'warehouse' is not one of files"):
+        _load(tmp_path, sink={"type": "warehouse", "path": "/x"})
+
+
+class _ArchiveSettings(SinkSettings):
+    bucket: str
+
+
+class _ArchiveSink(Sink):
+    """A stand-in sink: its own settings, nothing else (publication is the sink's business)."""
+
+    type = "archive"
+    Settings = _ArchiveSettings
+
+    def publish(self, output_id, attempt): ...
+    def retire(self, output_id): ...
+    def is_published(self, output_id, attempt): return False
+    def read_committed(self, spark): ...
+    def read_rejected(self, spark): ...
+
+
+def test_a_registered_sink_gets_its_own_settings_validated(tmp_path, monkeypatch):
+    monkeypatch.setitem(sinks.SINKS, "archive", _ArchiveSink)
+    cfg = _load(tmp_path, sink={"type": "archive", "path": "/stage/orders", "bucket": "b1"})
+    sink = sink_for(cfg.name, cfg.sink)
+    assert isinstance(sink, _ArchiveSink) and sink.settings.bucket == "b1"
+    # the job spec carries the settings as a plain mapping; the job rebuilds the same sink from it
+    assert isinstance(sink_for(cfg.name, cfg.sink.model_dump()), _ArchiveSink)
+    assert sink.staging.spec(4) == "/stage/orders/_offsetbatch/plans/batch_id=4.json"
+    with pytest.raises(ConfigError, match=r"field 'sink.bucket': Field required"):
+        _load(tmp_path, sink={"type": "archive", "path": "/stage/orders"})
+
+
+def test_files_sink_knows_which_attempt_is_published(tmp_path):
+    sink = FilesSink.at(str(tmp_path / "table"), "orders")
+    staged = sink.layout.staging_manifest(3, "a1")
+    Manifest("orders", 3, [], 0, 0, 0, 0, [], [], 0.1, "4.3.0", attempt="a1").save(staged)
+    assert not sink.is_published(3, "a1")
+    sink.publish(3, "a1")
+    assert sink.is_published(3, "a1") and not sink.is_published(3, "a2")
+    assert sink.locations(3) == {"data": f"{tmp_path}/table/batch_id=3",
+                                 "rejected": f"{tmp_path}/table/_rejected/batch_id=3",
+                                 "manifest": f"{tmp_path}/table/_offsetbatch/manifests/batch_id=3.json"}
+    sink.retire(3)
+    assert not sink.is_published(3, "a1")
+
+
+def test_formats_are_a_registry_checked_at_config_load(tmp_path):
+    assert set(FORMATS) == {"raw", "json"}
+    assert not FORMATS["json"].keeps_value and FORMATS["raw"].keeps_value
+    with pytest.raises(ConfigError, match=r"field 'value.format': .*must be one of 'json', 'raw', got 'avro'"):
+        _load(tmp_path, value={"format": "avro"})
+    with pytest.raises(ConfigError, match=r"field 'value': .*format 'raw' takes no 'schema'"):
+        _load(tmp_path, value={"format": "raw", "schema": "id STRING"})
+
+
+def test_legacy_manifests_load_with_their_output_id(tmp_path):
+    uri = str(tmp_path / "m.json")
+    Manifest("orders", 7, [], 0, 0, 0, 0, [], [], 0.1, "4.3.0").save(uri)
+    raw = json.loads((tmp_path / "m.json").read_text())
+    raw["batch_id"] = raw.pop("output_id")
+    del raw["attempt"]
+    (tmp_path / "m.json").write_text(json.dumps(raw))
+    assert Manifest.load(uri).output_id == 7

@@ -1,0 +1,78 @@
+"""The spark_job task's logic (``offsetbatch.tasks``), on a real SQLite ledger: what it submits,
+when it has nothing to run, and when a failed submission was only a redundant attempt. The
+operator around it only submits; ``airflow dags test`` runs cover it in the integration suite."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from offsetbatch.config import load_config
+from offsetbatch.ledger import Ledger
+from offsetbatch.model import OffsetRange, TopicPartition
+from offsetbatch.tasks import NothingToRun, spark_redundant, spark_submission
+
+TP = TopicPartition("t", 0)
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": ["t"]}, "value": {"format": "raw"},
+                                    "sink": {"path": str(tmp_path / "table")},
+                                    "ledger": {"url": f"sqlite:///{tmp_path}/ledger.db"}}))
+    return load_config(path)
+
+
+def _plan(cfg, *ranges):
+    """Batches as the plan task leaves them: planned in the ledger, listed in its XCom."""
+    out = []
+    with Ledger.for_config(cfg) as ledger:
+        with ledger.lock("p") as conn:
+            if not ledger.frontier(conn, "p"):
+                ledger.start_partitions(conn, "p", {TP: 0}, "earliest")
+        for a, b in ranges:
+            with ledger.lock("p") as conn:
+                batch = ledger.insert_batch(conn, "p", "incremental", [OffsetRange("t", 0, a, b, a)], dag_id="d",
+                                            run_id=f"r{a}", interval=(None, None), output_path=cfg.sink.path)
+            out.append({"batch_id": batch.batch_id, "spec": f"/specs/{batch.batch_id}.json"})
+    return {"needs_work": True, "outcome": "new", "batches": out}
+
+
+def _commit(cfg, batch_id: int, attempt: str) -> None:
+    with Ledger.for_config(cfg) as ledger, ledger.lock("p") as conn:
+        ledger.commit_batch(conn, ledger.get_batch("p", batch_id, conn), {"committed_attempt": attempt}, {})
+
+
+def test_submits_every_planned_batch_under_one_attempt_and_counts_it(cfg):
+    plan = _plan(cfg, (0, 10), (10, 20))
+    sub = spark_submission(cfg, plan, try_number=2)
+    assert [b.batch_id for b in sub.batches] == [1, 2]
+    assert sub.attempt.startswith("2-")
+    assert sub.application_args == ["--spec", "/specs/1.json", "--spec", "/specs/2.json", "--attempt", sub.attempt]
+    assert sub.name == "offsetbatch-p-batch-1-2"
+    with Ledger.for_config(cfg) as ledger:
+        assert [ledger.get_batch("p", i).stats["attempts"] for i in (1, 2)] == [1, 1]
+
+
+def test_committed_batches_are_left_out_and_an_empty_plan_runs_nothing(cfg):
+    plan = _plan(cfg, (0, 10), (10, 20))
+    _commit(cfg, 1, "x")
+    assert [b.batch_id for b in spark_submission(cfg, plan, 1).batches] == [2]
+    _commit(cfg, 2, "y")
+    with pytest.raises(NothingToRun, match=r"batch\(es\) \[1, 2\] are already committed"):
+        spark_submission(cfg, plan, 1)
+    with pytest.raises(NothingToRun, match="plan outcome is empty"):
+        spark_submission(cfg, {"needs_work": False, "outcome": "empty", "batches": []}, 1)
+
+
+def test_a_failure_is_redundant_only_when_other_attempts_committed_every_batch(cfg):
+    sub = spark_submission(cfg, _plan(cfg, (0, 10), (10, 20)), 1)
+    assert spark_redundant(cfg, sub) is None  # nothing committed: the failure stands
+    _commit(cfg, 1, "other")
+    assert spark_redundant(cfg, sub) is None  # batch 2 is still this attempt's job
+    _commit(cfg, 2, sub.attempt)
+    assert spark_redundant(cfg, sub) is None  # this very attempt committed one: not redundant
+    sub2 = spark_submission(cfg, _plan(cfg, (20, 30)), 1)
+    _commit(cfg, 3, "winner")
+    assert "were committed by other attempts" in spark_redundant(cfg, sub2)
