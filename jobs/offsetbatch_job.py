@@ -139,11 +139,12 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
     t0 = time.monotonic()
     sink = sink_for(spec.pipeline, spec.sink)
     fmt = FORMATS[spec.value_format]
-    manifest_uri = sink.staging.staging_manifest(spec.output_id, attempt)
+    manifest_uri = sink.staging.staging_manifest(spec.batch_id, attempt)
     # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
     storage.remove(manifest_uri)
-    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records", spec.pipeline, spec.output_id,
-             attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges))
+    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
+             attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
+             f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
 
     parsed = fmt.parse(with_metadata(read_ranges(spark, spec)), spec).persist(StorageLevel.MEMORY_AND_DISK)
     reports = check_offsets(spec, range_stats(parsed))
@@ -156,8 +157,8 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
         *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"),
     )  # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
     if faults.active("job.kill_during_write"):
-        _kill_when_writing(sink.staging.staging_data(spec.output_id, attempt))
-    staged = sink.stage(spark, out, rejected, spec.output_id, attempt)
+        _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt))
+    staged = sink.stage(spark, out, rejected, spec.batch_id, attempt)
     parsed.unpersist()
 
     manifest = Manifest(
@@ -167,7 +168,7 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
         job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version, attempt=attempt,
     )
     manifest.save(manifest_uri)
-    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.output_id,
+    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,
              manifest.rows_in, manifest.rows_out, manifest.rows_rejected, manifest.job_seconds)
     return manifest
 
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     specs = [JobSpec.load(uri) for uri in args.spec]
-    ids = "-".join(str(s.output_id) for s in specs)
+    ids = "-".join(str(s.batch_id) for s in specs)
     spark = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:

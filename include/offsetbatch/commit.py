@@ -78,7 +78,7 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = N
     sink = sink_for(cfg.name, cfg.sink)
     with ledger.lock(cfg.name) as conn:
         for batch_id, output_id, attempt in ledger.unpublished(conn, cfg.name):
-            sink.publish(output_id, attempt)
+            sink.publish(batch_id, output_id, attempt)
             for old in ledger.superseded_by(conn, cfg.name, batch_id):
                 sink.retire(old)
                 log.info("pipeline %s batch %d: output of superseded batch %d removed; batch %d re-read its ranges",
@@ -103,14 +103,14 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
         if winner == attempt:  # this task's own earlier try committed it (and published it above)
             log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name, batch_id, attempt)
         else:
-            sink.discard(batch.output_id, attempt)  # a redundant re-execution's output
+            sink.discard(batch_id, attempt)  # a redundant re-execution's output
             log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
                      cfg.name, batch_id, winner, attempt)
         return CommitResult(batch_id, "already_committed", batch.stats)
     if batch.status != "planned":
         raise BatchStateError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be "
                               f"committed. Nothing was committed; 'offsetbatch batch {cfg.name} {batch_id}' shows why.")
-    manifest_uri = sink.staging.staging_manifest(batch.output_id, attempt)
+    manifest_uri = sink.staging.staging_manifest(batch_id, attempt)
     if not storage.exists(manifest_uri):
         raise ManifestError(
             f"pipeline {cfg.name} batch {batch_id}: no manifest at {manifest_uri}, so the Spark job did not finish "

@@ -95,6 +95,7 @@ class SparkSettings(_Model):
 class AirflowSettings(_Model):
     schedule: str = Field("0 * * * *", description="cron expression for CronDataIntervalTimetable")
     start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    end_date: datetime | None = Field(None, description="no scheduled run with a later logical date")
     catchup: bool = False
     retries: int = Field(2, ge=0)
     retry_delay_seconds: int = Field(60, ge=0)

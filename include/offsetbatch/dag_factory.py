@@ -58,6 +58,7 @@ def pipeline_dag(config: str | Path):
         doc_md=_doc(cfg),
         schedule=CronDataIntervalTimetable(cfg.airflow.schedule, timezone="UTC"),
         start_date=cfg.airflow.start_date,
+        end_date=cfg.airflow.end_date,
         catchup=cfg.airflow.catchup,
         max_active_runs=1,
         params=dag_params(),
@@ -76,10 +77,10 @@ def pipeline_dag(config: str | Path):
 
             ctx = get_current_context()
             dag_run = ctx["dag_run"]
-            return plan_step(load_config(cfg_path), ctx["dag"].dag_id, ctx["run_id"],
-                             ctx.get("data_interval_start"), ctx.get("data_interval_end"),
+            return plan_step(load_config(cfg_path), ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
                              params=dict(ctx["params"]), run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
-                             actor=getattr(dag_run, "triggering_user_name", None) or "airflow")
+                             actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
+                             airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
 
         spark_job = BatchSparkSubmitOperator(
             task_id="spark_job",

@@ -10,13 +10,14 @@ from offsetbatch import storage
 from offsetbatch.errors import ConfigError
 from offsetbatch.model import OffsetRange
 
-SPEC_VERSION = 2  # 2: ``output_id`` (was ``batch_id``), the sink's settings (was ``table``/``event_time_column``)
+SPEC_VERSION = 2  # 2: ``batch_id`` and ``output_id`` apart, the sink's settings (was ``table``/``event_time_column``)
 
 
 @dataclass
 class JobSpec:
     pipeline: str
-    output_id: int  # the batch id whose output this job writes: a replay writes its target's
+    batch_id: int  # the batch this job executes: its attempts stage under this id
+    output_id: int  # the batch id whose output it writes: a replay writes its target's, others their own
     bootstrap: str
     ranges: list[dict]
     sink: dict  # the pipeline's ``sink:`` settings; ``offsetbatch.sinks.sink_for`` rebuilds the sink

@@ -36,6 +36,7 @@ class RunInfo:
     data_interval_start: datetime | None = None
     data_interval_end: datetime | None = None
     request: RunRequest = field(default_factory=RunRequest)
+    run_type: str | None = None  # Airflow's: scheduled, manual, backfill, ... (kept with the batch)
 
     @property
     def cut_timestamp_ms(self) -> int | None:
@@ -194,8 +195,8 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
                      run.data_interval_end or "log end")
             return PlanResult("empty", [], gaps)
         batch = ledger.insert_batch(conn, name, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
-                                    interval=(run.data_interval_start, run.data_interval_end), output_path=output_path,
-                                    lag_at_plan=lag)
+                                    run_type=run.run_type, interval=(run.data_interval_start, run.data_interval_end),
+                                    output_path=output_path, lag_at_plan=lag)
         log.info("pipeline %s batch %d: planned for run %s, %d records (lag was %d): %s", name, batch.batch_id,
                  run.run_id, batch.records, lag, batch.describe_ranges())
         return PlanResult("new", [batch], gaps)
@@ -206,7 +207,8 @@ def _reread_superseded(ledger: Ledger, conn, run: RunInfo, old: Batch, output_pa
     planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, frontier_before=r.from_offset)
                for r in old.ranges]
     batch = ledger.insert_batch(conn, old.pipeline, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
-                                interval=(run.data_interval_start, run.data_interval_end), output_path=output_path)
+                                run_type=run.run_type, interval=(run.data_interval_start, run.data_interval_end),
+                                output_path=output_path)
     ledger.mark_superseded_by(conn, old.pipeline, old.batch_id, batch.batch_id)
     log.info("pipeline %s batch %d: planned for run %s, re-reading superseded batch %d (its output is replaced "
              "on commit): %s", old.pipeline, batch.batch_id, run.run_id, old.batch_id, batch.describe_ranges())
@@ -228,15 +230,24 @@ def _plan_history(cfg: PipelineConfig, ledger: Ledger, conn, kafka: KafkaSource,
         targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
         interval = req.window
     out: list[Batch] = []
+    pending = ledger.pending_replays(conn, name)
     for target in targets:
-        b = ledger.insert_batch(conn, name, "replay", [], dag_id=run.dag_id, run_id=run.run_id, interval=interval,
-                                output_path=output_path, target=target)
+        if target.batch_id in pending:  # another run is replaying it right now: run that batch, not a second one
+            b = pending[target.batch_id]
+            ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id}, b.batch_id)
+            log.info("pipeline %s batch %d: replays batch %d for run %s and is not committed yet; run %s executes "
+                     "it too (unchanged) instead of replaying batch %d again: %s", name, b.batch_id, target.batch_id,
+                     b.run_id, run.run_id, target.batch_id, b.describe_ranges())
+            out.append(b)
+            continue
+        b = ledger.insert_batch(conn, name, "replay", [], dag_id=run.dag_id, run_id=run.run_id, run_type=run.run_type,
+                                interval=interval, output_path=output_path, target=target)
         log.info("pipeline %s batch %d: replays batch %d for run %s (same ranges, output replaced): %s", name,
                  b.batch_id, target.batch_id, run.run_id, b.describe_ranges())
         out.append(b)
     for ranges in history:
         b = ledger.insert_batch(conn, name, "backfill", ranges, dag_id=run.dag_id, run_id=run.run_id,
-                                interval=interval, output_path=output_path)
+                                run_type=run.run_type, interval=interval, output_path=output_path)
         log.info("pipeline %s batch %d: backfills never-read history for run %s, %d records: %s", name, b.batch_id,
                  run.run_id, b.records, b.describe_ranges())
         out.append(b)

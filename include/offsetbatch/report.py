@@ -26,10 +26,15 @@ def status_table(st: PipelineStatus) -> Table:
 def batches_table(title: str, batches: list[dict]) -> Table:
     """Batches as given by ``status.batch_dict``."""
     t = Table(title=title, title_justify="left")
-    for col in ("batch", "kind", "status", "airflow run", "partitions", "records", "rows out", "rejected", "job s", "committed at"):
-        t.add_column(col, justify="left" if col in ("kind", "status", "airflow run", "committed at") else "right")
+    left = ("kind", "status", "airflow run", "run type", "interval", "committed at")
+    for col in ("batch", "kind", "status", "airflow run", "run type", "interval", "partitions", "records", "rows out",
+                "rejected", "job s", "committed at"):
+        t.add_column(col, justify="left" if col in left else "right")
     for b in batches:
-        t.add_row(str(b["batch_id"]), b["kind"], b["status"], b["run_id"] or "", str(len(b["ranges"])), str(b["records"]),
+        interval = (f"{b['data_interval_start'][:16]} → {b['data_interval_end'][11:16]}"
+                    if b.get("data_interval_start") and b.get("data_interval_end") else "")
+        t.add_row(str(b["batch_id"]), b["kind"], b["status"], b["run_id"] or "", b.get("run_type") or "", interval,
+                  str(len(b["ranges"])), str(b["records"]),
                   "" if b.get("rows_out") is None else str(b["rows_out"]),
                   "" if b.get("rows_rejected") is None else str(b["rows_rejected"]),
                   "" if b.get("job_seconds") is None else f"{b['job_seconds']:.1f}", (b.get("committed_at") or "")[:19])

@@ -8,14 +8,24 @@
 
 Checks that need Kafka or the ledger (unknown topic, offset outside the log, unknown batch) live in
 ``offsetbatch.reset`` and ``offsetbatch.replay``; this module checks shape only.
+
+**One interval per logical date**: a run with logical date L reads the schedule interval that
+contains L (for an hourly schedule and L on the hour, ``[L, L+1h)``), whatever created the run:
+the scheduler, a backfill, a manual trigger with a logical date, ``airflow dags test``. Airflow
+itself gives manual runs the interval *ending* at L, and a backfill that reuses an earlier run
+keeps that run's old interval; taking the interval from the logical date makes every kind of run
+at L read the same hour, so a backfill replays exactly the batches of its hours. A run without a
+logical date (a manual trigger without one) has no interval and reads to the log end.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
+
+from croniter import croniter
 
 from offsetbatch.errors import RunRequestError
 from offsetbatch.model import TopicPartition
@@ -50,6 +60,18 @@ class RunRequest:
     allow_rewind: bool = False
     reason: str | None = None
     actor: str | None = None
+
+
+def run_interval(schedule: str, logical_date: datetime | None) -> tuple[datetime, datetime] | None:
+    """The interval of the cron ``schedule`` (UTC) that contains ``logical_date``: ``[tick, next
+    tick)`` with the latest tick at or before it. ``None`` for a run without a logical date."""
+    if logical_date is None:
+        return None
+    at = logical_date.astimezone(timezone.utc)
+    # croniter's get_prev is strictly before its start: start a second after, so a tick at L is L.
+    start = croniter(schedule, at + timedelta(seconds=1)).get_prev(datetime)
+    end = croniter(schedule, start).get_next(datetime)
+    return start.astimezone(timezone.utc).replace(fold=0), end.astimezone(timezone.utc).replace(fold=0)
 
 
 def parse_time(pipeline: str, name: str, value: Any) -> datetime:

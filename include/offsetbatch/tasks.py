@@ -25,7 +25,7 @@ from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
 from offsetbatch.planner import RunInfo, plan_for_run
-from offsetbatch.run_request import RunRequest, from_params
+from offsetbatch.run_request import RunRequest, from_params, run_interval
 from offsetbatch.reset import run_reset
 from offsetbatch.sinks import sink_for
 
@@ -37,10 +37,10 @@ def _kafka(cfg: PipelineConfig) -> KafkaSource:
 
 
 def write_spec(cfg: PipelineConfig, bootstrap: str, batch: Batch) -> str:
-    """The job spec of ``batch``; a replay writes (and later publishes) under its target's id."""
+    """The job spec of ``batch``; a replay stages under its own id and publishes under its target's."""
     uri = sink_for(cfg.name, cfg.sink).staging.spec(batch.batch_id)
     JobSpec(
-        pipeline=cfg.name, output_id=batch.output_id, bootstrap=bootstrap,
+        pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=bootstrap,
         ranges=[r.to_dict() for r in batch.ranges], sink=cfg.sink.model_dump(),
         value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl, required=list(cfg.value.required),
         transform_sql=cfg.transform.sql, transform_python=cfg.transform.python,
@@ -49,19 +49,29 @@ def write_spec(cfg: PipelineConfig, bootstrap: str, batch: Batch) -> str:
     return uri
 
 
-def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: datetime | None,
-              interval_end: datetime | None, params: dict | None = None, run_type: str | None = None,
-              actor: str | None = None) -> dict:
+def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datetime | None,
+              params: dict | None = None, run_type: str | None = None, actor: str | None = None,
+              airflow_interval: tuple[datetime | None, datetime | None] = (None, None)) -> dict:
     """Plan (or find) this run's batches and write their job specs, or carry out a reset.
 
-    The trigger parameters are checked before the ledger is opened, so a bad value changes nothing."""
-    request = from_params(cfg.name, params, run_type, (interval_start, interval_end), actor)
+    The run reads the schedule interval of its logical date (``run_request.run_interval``), not
+    ``airflow_interval``, which Airflow infers differently for manual runs and keeps stale on runs a
+    backfill reuses. The trigger parameters are checked before the ledger is opened, so a bad value
+    changes nothing."""
+    interval = run_interval(cfg.airflow.schedule, logical_date) or (None, None)
+    if logical_date is not None and tuple(airflow_interval) != interval:
+        log.info("pipeline %s run %s (%s, logical date %s): reads the schedule interval [%s, %s); Airflow's "
+                 "data interval for this run, [%s, %s), is not used", cfg.name, run_id, run_type, _iso(logical_date),
+                 _iso(interval[0]), _iso(interval[1]), _iso(airflow_interval[0]), _iso(airflow_interval[1]))
+    request = from_params(cfg.name, params, run_type, interval, actor)
+    log.info("pipeline %s run %s: %s run, mode %s, %s", cfg.name, run_id, run_type or "manual", request.mode,
+             f"interval [{_iso(interval[0])}, {_iso(interval[1])})" if interval[0] else "no interval: reads to the log end")
     with Ledger.for_config(cfg) as ledger:
         if request.mode == "reset":
             return _reset(cfg, ledger, request)
         publish_pending(cfg, ledger)
         with _kafka(cfg) as kafka:
-            run = RunInfo(dag_id, run_id, interval_start, interval_end, request)
+            run = RunInfo(dag_id, run_id, interval[0], interval[1], request, run_type)
             result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
             bootstrap = kafka.bootstrap
         faults.checkpoint("plan.after_commit")
@@ -70,7 +80,12 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, interval_start: dat
                     "spec": write_spec(cfg, bootstrap, b) if result.needs_work else None}
                    for b in result.batches]
         return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
-                "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps]}
+                "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
+                "run_type": run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat() if ts is not None else None
 
 
 def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest) -> dict:

@@ -4,12 +4,16 @@ history re-runs exactly, from the offsets the ledger recorded (docs/architecture
 * covered intervals re-execute their recorded batches with today's code, replacing the output;
 * never-processed history before the first planned offset gets new, non-overlapping batches;
 * intervals after the frontier are refused;
-* a backfill and an hourly run at the same time keep the ledger consistent.
+* a backfill and an hourly run at the same time keep the ledger consistent;
+* a run with logical date L reads [L, L+1h) whoever created it, so a backfill over hours first run
+  by `airflow dags test` or the scheduler replays each hour's batch once;
+* two replays of one batch at once replay it once.
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -77,24 +81,90 @@ def _hourly(p, hours: int, start: datetime) -> None:
         assert out.ok, out.output[-4000:]
 
 
-def test_backfill_of_covered_hours_replays_their_batches_with_the_new_transform(make_pipeline, airflow_services):
-    p = _scheduled_pipeline(make_pipeline, airflow_services)
-    _hourly(p, 3, BASE)
+def _dag_runs(services, dag_id: str) -> list[dict]:
+    """The DAG's runs from the REST API, which (unlike ``dags list-runs``) has run type and data interval."""
+    status, body = services.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
+    assert status == 200, body
+    return body["dag_runs"]
+
+
+def _hours_by_logical_date(p, services, how: str) -> None:
+    """Three hourly runs at logical dates BASE, BASE+1h, BASE+2h, each reading [L, L+1h): run with
+    ``airflow dags test DAG L`` (manual runs, whose Airflow data interval is [L-1h, L)), or created
+    by the scheduler (scheduled runs: catch-up from the start date to the end date)."""
+    for h in range(3):
+        p.produce(600, start=BASE + h * H, hours=1, partitions=2)
+    if how == "dags test":
+        for h in range(3):
+            out = p.run(BASE + h * H, cli=True)
+            assert out.ok, out.output[-4000:]
+        return
+    services.airflow("dags", "unpause", p.dag_id)
+    runs = services.wait_for_runs(p.dag_id, 3)
+    assert sorted((r["logical_date"][:19], r["run_type"], r["state"]) for r in _dag_runs(services, p.dag_id)) == \
+        [((BASE + h * H).isoformat()[:19], "scheduled", "success") for h in range(3)], runs
+
+
+@pytest.mark.parametrize("how", ["dags test", "scheduler"])
+def test_backfill_over_hours_first_run_by_logical_date_replays_each_batch_once(make_pipeline, airflow_services, how):
+    """The runs at BASE and BASE+1h already exist, so Airflow's backfill clears and re-runs them
+    (they keep their run ids; their run type becomes backfill). Each must replay exactly its own
+    hour's batch with the new transform, whatever interval Airflow recorded for the old run."""
+    if how == "dags test":
+        p = _scheduled_pipeline(make_pipeline, airflow_services)
+    else:
+        p = make_pipeline(airflow={"retries": 0, "start_date": BASE.isoformat(), "catchup": True,
+                                   "end_date": (BASE + 2 * H).isoformat()})
+        p.register()
+    _hours_by_logical_date(p, airflow_services, how)
     before = {b.batch_id: b for b in p.ledger.list_batches(p.name)}
+    assert sorted((b.batch_id, b.status) for b in before.values()) == [(1, "committed"), (2, "committed"),
+                                                                          (3, "committed")]
+    hour_of = {b.batch_id: b.stats["data_interval_start"].replace(tzinfo=timezone.utc) for b in before.values()}
+    assert [hour_of[i] for i in (1, 2, 3)] == [BASE, BASE + H, BASE + 2 * H]  # one hour per logical date
     frontier = p.ledger.frontier_rows(p.name)
-    assert sorted(before) == [1, 2, 3]
 
     _set_transform(p, V2)  # the transform bug was fixed: re-run the first two hours
-    runs = _backfill(airflow_services, p, BASE, BASE + H)
-    assert [r["state"] for r in runs] == ["success", "success"], runs
+    airflow_services.airflow("dags", "unpause", p.dag_id)
+    airflow_services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", BASE.isoformat(),
+                             "--to-date", (BASE + H).isoformat(), "--reprocess-behavior", "completed")
+    airflow_services.wait_for_runs(p.dag_id, 3)
+    runs = _dag_runs(airflow_services, p.dag_id)
+    backfilled = sorted((r["logical_date"][:19], r["state"]) for r in runs if r["run_type"] == "backfill")
+    assert backfilled == [(BASE.isoformat()[:19], "success"), ((BASE + H).isoformat()[:19], "success")], runs
 
     replays = [b for b in p.ledger.list_batches(p.name) if b.kind == "replay"]
-    assert sorted((b.target_batch_id, b.status) for b in replays) == [(1, "committed"), (2, "committed")]
+    assert sorted((b.target_batch_id, b.status, b.stats["run_type"]) for b in replays) == \
+        [(1, "committed", "backfill"), (2, "committed", "backfill")], p.describe()
     for b in replays:  # same ranges as the recorded batch
         assert [(r.topic, r.partition, r.from_offset, r.until_offset) for r in b.ranges] == \
                [(r.topic, r.partition, r.from_offset, r.until_offset) for r in before[b.target_batch_id].ranges]
     assert _versions(p, 1) == {"v2"} and _versions(p, 2) == {"v2"} and _versions(p, 3) == {None}
     assert p.ledger.frontier_rows(p.name) == frontier  # the frontier did not move
+    report = p.check()
+    assert report.ok, report.summary()
+
+
+def test_two_replays_of_one_batch_at_once_replay_it_once(make_pipeline):
+    """A manual replay of batch 1 started twice at the same moment (as a backfill and a replay
+    trigger would): the second run joins the first one's pending replay instead of replaying the
+    batch on top of it, both runs succeed, nothing is left planned, every record once."""
+    p = make_pipeline()
+    p.produce(800, start=BASE, hours=1, partitions=2)
+    assert p.run(BASE).ok
+    p.register()  # two `dags test` processes would otherwise race to insert the new DAG's Asset row
+    _set_transform(p, V2)
+    replay = {"mode": "replay", "batch_ids": "1", "reason": "two at once"}
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda _: p.run(None, conf=replay), range(2)))
+    assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
+    logs = "".join(o.output for o in outcomes)
+    assert "executes it too (unchanged) instead of replaying batch 1 again" in logs, logs[-4000:]
+    batches = p.ledger.list_batches(p.name)
+    assert sorted((b.kind, b.target_batch_id, b.status) for b in batches) == \
+        [("incremental", None, "committed"), ("replay", 1, "committed")], p.describe()
+    assert _versions(p, 1) == {"v2"}
+    assert not list(Path(TableLayout(p.table).meta, "staging").glob("batch_id=*/attempt=*/_manifest.json"))
     report = p.check()
     assert report.ok, report.summary()
 

@@ -20,7 +20,7 @@ H = timedelta(hours=1)
 
 def _committed_first_hour(p):
     p.produce(1000, start=BASE, hours=2)
-    first = p.run(BASE + H)
+    first = p.run(BASE)
     assert first.ok, first.output[-4000:]
     return p.snapshot()
 
@@ -32,13 +32,13 @@ def _published(p, batch_id: int) -> bool:
 def test_crash_after_planning_then_rerun_of_the_same_run(make_pipeline):
     p = make_pipeline()
     _committed_first_hour(p)
-    crashed = p.run(BASE + 2 * H, faults="plan.after_commit")
+    crashed = p.run(BASE + H, faults="plan.after_commit")
     crashed.assert_failed_with("injected fault at plan.after_commit")
     pending = p.ledger.list_batches(p.name, 1)[0]
     assert (pending.batch_id, pending.status) == (2, "planned")
     assert not _published(p, 2)
 
-    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
     assert rerun.ok, rerun.output[-4000:]
     again = p.ledger.get_batch(p.name, 2)
     assert again.status == "committed" and again.ranges == pending.ranges  # ranges never change after planning
@@ -50,7 +50,7 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
     p = make_pipeline()
     _committed_first_hour(p)
     committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
-    crashed = p.run(BASE + 2 * H, faults="job.kill_during_write")
+    crashed = p.run(BASE + H, faults="job.kill_during_write")
     crashed.assert_failed_with("killing the Spark driver mid-write")
     layout = TableLayout(p.table)
     partial = list(Path(layout.staging(2)).rglob("part-*"))
@@ -63,7 +63,7 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
     visible = FilesSink.at(p.table).read_committed(spark).select("event_id", "batch_id").collect()
     assert {r.event_id for r in visible} == committed_ids and {r.batch_id for r in visible} == {1}
 
-    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
     assert rerun.ok, rerun.output[-4000:]
     report = p.check()
     assert report.ok, report.summary()
@@ -73,18 +73,18 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
 def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(make_pipeline):
     p = make_pipeline()
     _committed_first_hour(p)
-    crashed = p.run(BASE + 2 * H, faults="commit.before_transaction")
+    crashed = p.run(BASE + H, faults="commit.before_transaction")
     crashed.assert_failed_with("injected fault at commit.before_transaction")
     pending = p.ledger.get_batch(p.name, 2)
     assert pending.status == "planned" and not _published(p, 2)
 
     p.produce(500, start=BASE + 2 * H, hours=1)
-    later = p.run(BASE + 3 * H)  # a different Airflow run: executes the pending batch first, unchanged
+    later = p.run(BASE + 2 * H)  # a different Airflow run: executes the pending batch first, unchanged
     assert later.ok, later.output[-4000:]
     assert "not committed; run" in later.output
     done = p.ledger.get_batch(p.name, 2)
     assert done.status == "committed" and done.ranges == pending.ranges and done.run_id == pending.run_id
-    nxt = p.run(BASE + 3 * H)  # then the next run reads the rest
+    nxt = p.run(BASE + 2 * H)  # then the next run reads the rest
     assert nxt.ok, nxt.output[-4000:]
     report = p.check()
     assert report.ok, report.summary()
@@ -93,13 +93,13 @@ def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(
 def test_crash_inside_the_commit_transaction_rolls_back(make_pipeline):
     p = make_pipeline()
     before = _committed_first_hour(p)
-    crashed = p.run(BASE + 2 * H, faults="commit.in_transaction")
+    crashed = p.run(BASE + H, faults="commit.in_transaction")
     crashed.assert_failed_with("injected fault at commit.in_transaction")
     assert p.ledger.get_batch(p.name, 2).status == "planned"
     assert p.ledger.frontier_rows(p.name) == before["frontier"]  # the CAS update was rolled back
     assert not _published(p, 2)
 
-    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
     assert rerun.ok, rerun.output[-4000:]
     report = p.check()
     assert report.ok, report.summary()
@@ -108,13 +108,13 @@ def test_crash_inside_the_commit_transaction_rolls_back(make_pipeline):
 def test_crash_after_commit_before_publish_rolls_forward(make_pipeline):
     p = make_pipeline()
     _committed_first_hour(p)
-    crashed = p.run(BASE + 2 * H, faults="commit.after_transaction")
+    crashed = p.run(BASE + H, faults="commit.after_transaction")
     crashed.assert_failed_with("injected fault at commit.after_transaction")
     batch = p.ledger.get_batch(p.name, 2)
     assert batch.status == "committed" and batch.stats["published_at"] is None
     assert not _published(p, 2)  # committed but not yet visible: readers never see a half state
 
-    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
     assert rerun.ok, rerun.output[-4000:]
     assert "was committed but not published; published it now" in rerun.output
     report = p.check()

@@ -19,8 +19,8 @@ H = timedelta(hours=1)
 def test_hourly_runs_land_every_record_exactly_once(make_pipeline):
     p = make_pipeline()
     produced = p.produce(3000, start=BASE, hours=3, partitions=3)
-    for hour in (1, 2, 3):
-        outcome = p.run(BASE + hour * H, cli=True)  # `airflow dags test`, a manual run with interval [L-1h, L)
+    for hour in (0, 1, 2):
+        outcome = p.run(BASE + hour * H, cli=True)  # `airflow dags test DAG L`: a manual run that reads [L, L+1h)
         assert outcome.ok, outcome.output[-4000:]
 
     batches = sorted(p.ledger.list_batches(p.name), key=lambda b: b.batch_id)
@@ -40,13 +40,13 @@ def test_hourly_runs_land_every_record_exactly_once(make_pipeline):
 def test_clearing_a_committed_run_changes_nothing(make_pipeline):
     p = make_pipeline()
     p.produce(1200, start=BASE, hours=2)
-    first = p.run(BASE + H)
-    second = p.run(BASE + 2 * H)
+    first = p.run(BASE)
+    second = p.run(BASE + H)
     assert first.ok and second.ok, second.output[-4000:]
     before = p.snapshot()
     assert len(before["batches"]) == 2
 
-    again = p.run(BASE + H, run_after=first.run_after)  # the same Airflow run, cleared and re-run
+    again = p.run(BASE, run_after=first.run_after)  # the same Airflow run, cleared and re-run
     assert again.ok, again.output[-4000:]
     assert "already planned it (committed)" in again.output
     assert p.snapshot() == before

@@ -43,14 +43,14 @@ def ui_pipeline(airflow_env, kafka_broker, test_state):
     p = Pipeline(name=name, topic="t-ui-orders", env=airflow_env, root=root, bootstrap=kafka_broker.bootstrap,
                  ledger_url=f"sqlite:///{root}/ledger.db")
     p.produce(800, start=BASE, hours=2, partitions=2)
-    for hour in (1, 2):
-        outcome = p.run(BASE + hour * H)
+    for hour in (0, 1):
+        outcome = p.run(BASE + hour * H)  # logical date L reads [L, L+1h)
         assert outcome.ok, outcome.output[-4000:]
     p.produce(200, start=BASE + 2 * H, hours=1, partitions=2)  # skipped by the reset below: never read
     reset = p.run(None, conf={"mode": "reset", "reset_to": "latest", "dry_run": False, "reason": "ui test"})
     assert reset.ok, reset.output[-4000:]
     p.produce(300, start=BASE + 3 * H, hours=1, partitions=2)
-    after = p.run(BASE + 4 * H)
+    after = p.run(BASE + 3 * H)
     assert after.ok, after.output[-4000:]
     p.produce(120, start=BASE + 5 * H, hours=1, partitions=2)  # not read yet: the lag
     yield p

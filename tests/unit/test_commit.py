@@ -47,23 +47,23 @@ def test_a_missing_partition_fails():
         validate_manifest(_batch(), _manifest(ranges=_manifest().ranges[:1], rows_in=100), expect_offset_gaps=False)
 
 
-def _stage(layout: TableLayout, attempt: str, content: str) -> None:
+def _stage(layout: TableLayout, attempt: str, content: str, batch_id: int = 3) -> None:
     for sub in ("data", "rejected"):
-        d = Path(layout.attempt(3, attempt)) / sub
+        d = Path(layout.attempt(batch_id, attempt)) / sub
         d.mkdir(parents=True)
         (d / "part-0.parquet").write_text(content)
-    Path(layout.staging_manifest(3, attempt)).write_text("{}")
+    Path(layout.staging_manifest(batch_id, attempt)).write_text("{}")
 
 
 def test_publish_replaces_earlier_output_and_is_idempotent(tmp_path):
     sink = FilesSink.at(str(tmp_path / "table"))
     layout = sink.layout
     _stage(layout, "a1", "old")
-    sink.publish(3, "a1")
+    sink.publish(3, 3, "a1")
     _stage(layout, "a2", "new")
     _stage(layout, "a3", "loser")  # a concurrent attempt: discarded
-    sink.publish(3, "a2")
-    sink.publish(3, "a2")  # a crash-and-rerun of publish changes nothing
+    sink.publish(3, 3, "a2")
+    sink.publish(3, 3, "a2")  # a crash-and-rerun of publish changes nothing
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "new"
     assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "new"
     assert not Path(layout.staging(3)).exists() and not Path(layout.meta, "trash").exists()
@@ -75,6 +75,21 @@ def test_publish_finishes_after_a_crash_between_its_moves(tmp_path):
     _stage(layout, "a1", "v1")
     Path(layout.data(3)).parent.mkdir(parents=True, exist_ok=True)
     Path(layout.staging_data(3, "a1")).rename(layout.data(3))  # crash after the first rename
-    sink.publish(3, "a1")
+    sink.publish(3, 3, "a1")
     assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "v1"
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "v1"
+
+
+def test_publishing_one_replay_leaves_another_replays_staging_alone(tmp_path):
+    """Replays 5 and 6 both replace batch 3's output; each stages under its own id, so publishing
+    5 cannot delete what 6 is still writing (or has written)."""
+    sink = FilesSink.at(str(tmp_path / "table"))
+    layout = sink.layout
+    _stage(layout, "a1", "replay-5", batch_id=5)
+    _stage(layout, "b1", "replay-6", batch_id=6)
+    sink.publish(5, 3, "a1")
+    assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "replay-5"
+    assert not Path(layout.staging(5)).exists()
+    assert Path(layout.staging_manifest(6, "b1")).exists()
+    sink.publish(6, 3, "b1")
+    assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "replay-6"

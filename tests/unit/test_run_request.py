@@ -8,7 +8,7 @@ import pytest
 
 from offsetbatch.errors import RunRequestError
 from offsetbatch.model import TopicPartition
-from offsetbatch.run_request import from_params
+from offsetbatch.run_request import from_params, run_interval
 
 T0 = datetime(2026, 11, 20, 13, tzinfo=timezone.utc)
 
@@ -56,3 +56,18 @@ def test_bad_values_are_named(params, message):
     with pytest.raises(RunRequestError) as err:
         from_params("orders", params)
     assert message in str(err.value) and "pipeline orders" in str(err.value) and "Nothing was changed" in str(err.value)
+
+
+@pytest.mark.parametrize("schedule, logical, start, end", [
+    ("0 * * * *", "2026-10-05T10:00:00+00:00", "2026-10-05T10:00:00+00:00", "2026-10-05T11:00:00+00:00"),
+    ("0 * * * *", "2026-10-05T10:59:59+00:00", "2026-10-05T10:00:00+00:00", "2026-10-05T11:00:00+00:00"),
+    ("0 * * * *", "2026-10-05T12:00:00+02:00", "2026-10-05T10:00:00+00:00", "2026-10-05T11:00:00+00:00"),
+    ("0 0 * * *", "2026-10-05T10:30:00+00:00", "2026-10-05T00:00:00+00:00", "2026-10-06T00:00:00+00:00"),
+    ("*/15 * * * *", "2026-10-05T10:30:00+00:00", "2026-10-05T10:30:00+00:00", "2026-10-05T10:45:00+00:00"),
+])
+def test_a_logical_date_reads_the_schedule_interval_that_starts_at_or_contains_it(schedule, logical, start, end):
+    """Scheduled, backfill and manual runs at the same logical date read the same interval (the one
+    a scheduled run at that date has), not the one Airflow infers for manual runs ([L-1h, L))."""
+    assert run_interval(schedule, datetime.fromisoformat(logical)) == (datetime.fromisoformat(start),
+                                                                       datetime.fromisoformat(end))
+    assert run_interval(schedule, None) is None

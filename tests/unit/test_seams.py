@@ -46,7 +46,7 @@ class _ArchiveSink(Sink):
     type = "archive"
     Settings = _ArchiveSettings
 
-    def publish(self, output_id, attempt): ...
+    def publish(self, batch_id, output_id, attempt): ...
     def retire(self, output_id): ...
     def is_published(self, output_id, attempt): return False
     def read_committed(self, spark): ...
@@ -70,7 +70,7 @@ def test_files_sink_knows_which_attempt_is_published(tmp_path):
     staged = sink.layout.staging_manifest(3, "a1")
     Manifest("orders", 3, [], 0, 0, 0, 0, [], [], 0.1, "4.3.0", attempt="a1").save(staged)
     assert not sink.is_published(3, "a1")
-    sink.publish(3, "a1")
+    sink.publish(3, 3, "a1")
     assert sink.is_published(3, "a1") and not sink.is_published(3, "a2")
     assert sink.locations(3) == {"data": f"{tmp_path}/table/batch_id=3",
                                  "rejected": f"{tmp_path}/table/_rejected/batch_id=3",

@@ -76,3 +76,23 @@ def test_a_failure_is_redundant_only_when_other_attempts_committed_every_batch(c
     sub2 = spark_submission(cfg, _plan(cfg, (20, 30)), 1)
     _commit(cfg, 3, "winner")
     assert "were committed by other attempts" in spark_redundant(cfg, sub2)
+
+
+def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
+    """Two runs replaying batch 1 at once (a backfill and a manual replay): the second executes the
+    first's pending replay batch instead of planning another one on top of it."""
+    from offsetbatch.planner import RunInfo, plan_for_run
+    from offsetbatch.run_request import RunRequest
+
+    _plan(cfg, (0, 10))
+    _commit(cfg, 1, "a")
+    with Ledger.for_config(cfg) as ledger:
+        replay = RunRequest("replay", batch_ids=(1,))
+        first = plan_for_run(cfg, ledger, None, RunInfo("d", "manual__1", request=replay, run_type="manual"), "/t")
+        second = plan_for_run(cfg, ledger, None, RunInfo("d", "backfill__1", request=replay, run_type="backfill"), "/t")
+        assert [b.batch_id for b in first.batches] == [b.batch_id for b in second.batches] == [2]
+        assert second.needs_work and ledger.get_batch("p", 2).target_batch_id == 1
+        assert ledger.get_batch("p", 2).stats["run_type"] == "manual"
+        _commit(cfg, 2, "x")
+        third = plan_for_run(cfg, ledger, None, RunInfo("d", "manual__3", request=replay), "/t")
+        assert [b.batch_id for b in third.batches] == [3]  # once committed, a new replay is a new batch

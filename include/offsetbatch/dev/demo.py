@@ -69,7 +69,7 @@ def main() -> int:
         logs.mkdir(parents=True, exist_ok=True)
         console.print(f"[bold]3.[/] Running {HOURS} hourly DAG runs of {cfg.dag_id} with `airflow dags test` (logs in {logs})")
         for i in range(1, HOURS + 1):
-            logical = first_hour + timedelta(hours=i)
+            logical = first_hour + timedelta(hours=i - 1)  # a run at logical date L reads [L, L+1h)
             t0 = time.monotonic()
             log_file = logs / f"run-{i}.log"
             with open(log_file, "w") as out:
@@ -80,7 +80,7 @@ def main() -> int:
                 console.print(f"[red]run {i} failed (exit {rc}); see {log_file}[/]")
                 console.print("".join(Path(log_file).read_text().splitlines(keepends=True)[-40:]))
                 return 1
-            console.print(f"   run {i}: interval [{logical - timedelta(hours=1):%H:%M}, {logical:%H:%M}) -> batch {b.batch_id}, "
+            console.print(f"   run {i}: interval [{logical:%H:%M}, {logical + timedelta(hours=1):%H:%M}) -> batch {b.batch_id}, "
                           f"{b.records} records, {b.stats['rows_out']} rows out, {b.stats['rows_rejected']} rejected, "
                           f"whole DAG run {time.monotonic() - t0:.1f}s (Spark job {b.stats['job_seconds']:.1f}s)")
 

@@ -82,6 +82,7 @@ def _batch_rows(conn: sa.Connection, pipeline: str, rows: list) -> list[dict]:
         rs = [_range_dict(x) for x in read.get(folder, [])]
         out.append({
             "batch_id": r.batch_id, "kind": r.kind, "status": r.status, "dag_id": r.dag_id, "run_id": r.run_id,
+            "run_type": r.run_type,
             "data_interval_start": _iso(r.data_interval_start), "data_interval_end": _iso(r.data_interval_end),
             "planned_at": _iso(r.planned_at), "committed_at": _iso(r.committed_at),
             "published_at": _iso(r.published_at), "attempts": r.attempts,

@@ -47,6 +47,8 @@ batches = sa.Table(
     # v3: records between the frontier and the log end when an incremental batch was planned (the
     # lag-over-time chart of the UI), and an index for "last 24 h" figures.
     sa.Column("lag_at_plan", sa.BigInteger),
+    # v4: the Airflow run type of the run that planned the batch (scheduled, manual, backfill, ...)
+    sa.Column("run_type", sa.String(32)),
     sa.Index("ix_ob_batches_status", "pipeline", "status"),
     sa.Index("ix_ob_batches_committed", "pipeline", "committed_at"),
     sa.Index("ix_ob_batches_run", "pipeline", "run_id"),
@@ -133,5 +135,11 @@ def _v3(conn: sa.Connection) -> None:
     next(i for i in batches.indexes if i.name == "ix_ob_batches_committed").create(conn, checkfirst=True)
 
 
-MIGRATIONS = [_v1, _v2, _v3]
+def _v4(conn: sa.Connection) -> None:
+    """The run type next to each batch (issue: backfills that meet manual runs)."""
+    if "run_type" not in {c["name"] for c in sa.inspect(conn).get_columns("ob_batches")}:
+        conn.execute(sa.text("ALTER TABLE ob_batches ADD COLUMN run_type VARCHAR(32)"))
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4]
 LATEST = len(MIGRATIONS)

@@ -98,7 +98,7 @@ class Ledger:
         stats = {k: row._mapping[k] for k in ("rows_in", "rows_out", "rows_rejected", "bytes_in", "job_seconds",
                                               "commit_seconds", "attempts", "planned_at", "committed_at",
                                               "published_at", "data_interval_start", "data_interval_end",
-                                              "output_path", "committed_attempt")}
+                                              "output_path", "committed_attempt", "run_type")}
         owner = row.target_batch_id if row.target_batch_id is not None else row.batch_id
         if read is None:
             read = conn.execute(sa.select(ranges).where(ranges.c.pipeline == row.pipeline, ranges.c.batch_id == owner)
@@ -134,6 +134,14 @@ class Ledger:
             .order_by(batches.c.batch_id)
         ).all()
         return [self._batch(conn, r) for r in rows]
+
+    def pending_replays(self, conn: sa.Connection, pipeline: str) -> dict[int, Batch]:
+        """Replay batches planned and not committed yet, by the batch they replay (a new replay of
+        one of them would re-read the same offsets on top of it)."""
+        rows = conn.execute(sa.select(batches).where(
+            batches.c.pipeline == pipeline, batches.c.status == "planned", batches.c.target_batch_id.is_not(None))
+            .order_by(batches.c.batch_id)).all()
+        return {r.target_batch_id: self._batch(conn, r) for r in reversed(rows)}  # the oldest wins
 
     def batches_by_id(self, conn: sa.Connection, pipeline: str, ids: list[int]) -> dict[int, Batch]:
         rows = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.batch_id.in_(ids))).all()
@@ -307,7 +315,8 @@ class Ledger:
 
     def insert_batch(self, conn: sa.Connection, pipeline: str, kind: str, planned: list[OffsetRange], *,
                      dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
-                     output_path: str, target: Batch | None = None, lag_at_plan: int | None = None) -> Batch:
+                     output_path: str, target: Batch | None = None, lag_at_plan: int | None = None,
+                     run_type: str | None = None) -> Batch:
         """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's.
         ``lag_at_plan``: records between the frontier and the log end at planning (the UI's lag history)."""
         batch_id = self.next_batch_id(conn, pipeline)
@@ -315,6 +324,7 @@ class Ledger:
             pipeline=pipeline, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
             data_interval_start=interval[0], data_interval_end=interval[1], planned_at=eng.now(),
             output_path=output_path, target_batch_id=target.batch_id if target else None, lag_at_plan=lag_at_plan,
+            run_type=run_type,
         ))
         if target is not None:
             planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset) for r in target.ranges]

@@ -1,14 +1,17 @@
 """The sink seam: the two halves every output destination implements.
 
 * The **job half** runs in the Spark driver: ``stage`` writes one attempt's valid and rejected rows
-  to the staging area (``StagingLayout``) and returns what the manifest records about them. The
-  default writes Parquet, which every sink so far publishes from.
+  to the staging area (``StagingLayout``), keyed by the batch's own id and the attempt, and returns
+  what the manifest records about them. The default writes Parquet, which every sink so far
+  publishes from.
 * The **commit half** runs in the commit task under the pipeline's ledger lock, after the ledger
-  transaction that committed the batch: ``publish`` makes exactly one attempt's output visible,
-  replacing whatever that output id held (replays); ``retire`` removes a superseded batch's
+  transaction that committed the batch: ``publish`` makes exactly one attempt's output visible
+  under the batch's output id, replacing whatever that output id held (a replay's output id is
+  its target's), and removes that batch's staging; ``retire`` removes a superseded batch's
   output; ``discard`` drops an attempt that lost; ``is_published`` says whether an attempt's output
   is what the target holds. Every one of them is idempotent, because a crash anywhere is finished
-  by running it again.
+  by running it again. Staging is keyed by the batch, not the output id, so two replays of one
+  batch never touch each other's staging.
 * The **read path**: ``read_committed`` / ``read_rejected``, what readers are told to use; they
   never show output of a batch the ledger has not committed.
 
@@ -72,15 +75,15 @@ class Sink(ABC):
 
     # ---- job half (Spark driver) ------------------------------------------------------------
 
-    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", output_id: int,
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
               attempt: str) -> StagedOutput:
         """Write one attempt's rows as Parquet into its own staging folder (overwriting a rerun of
         the same attempt). ``data`` is sub-partitioned by ``event_date`` when the sink has an
         ``event_time_column``; ``rejected`` gets its batch id from the published folder name."""
         from pyspark.sql import functions as F
 
-        data_dir = self.staging.staging_data(output_id, attempt)
-        rejected_dir = self.staging.staging_rejected(output_id, attempt)
+        data_dir = self.staging.staging_data(batch_id, attempt)
+        rejected_dir = self.staging.staging_rejected(batch_id, attempt)
         partition_by: list[str] = []
         if self.settings.event_time_column:
             data = data.withColumn("event_date", F.to_date(F.col(self.settings.event_time_column)))
@@ -94,9 +97,10 @@ class Sink(ABC):
     # ---- commit half (commit task, under the pipeline lock) ---------------------------------
 
     @abstractmethod
-    def publish(self, output_id: int, attempt: str) -> None:
-        """Make ``attempt``'s staged output the published output of ``output_id``, replacing what
-        was there. Idempotent; a crash part-way is finished by calling it again."""
+    def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """Make batch ``batch_id``'s staged ``attempt`` the published output of ``output_id``,
+        replacing what was there, and remove the batch's staging. Idempotent; a crash part-way is
+        finished by calling it again."""
 
     @abstractmethod
     def retire(self, output_id: int) -> None:
@@ -106,9 +110,9 @@ class Sink(ABC):
     def is_published(self, output_id: int, attempt: str) -> bool:
         """Whether the target holds exactly ``attempt``'s output for ``output_id``."""
 
-    def discard(self, output_id: int, attempt: str) -> None:
+    def discard(self, batch_id: int, attempt: str) -> None:
         """Drop one attempt's staged output (a redundant or losing re-execution)."""
-        storage.remove(self.staging.attempt(output_id, attempt))
+        storage.remove(self.staging.attempt(batch_id, attempt))
 
     def describe(self, output_id: int) -> str:
         """Where ``output_id``'s output is, for log lines."""

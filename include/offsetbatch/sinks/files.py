@@ -55,15 +55,15 @@ class FilesSink(Sink):
         """The sink of an existing table folder (readers and tools that have no pipeline config)."""
         return cls(pipeline, SinkSettings(path=table))
 
-    def publish(self, output_id: int, attempt: str) -> None:
+    def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Move the attempt's output into the table, replacing what was published before. Each step
-        is a rename and the whole is idempotent. Other attempts' staging (crashed or concurrent) is
-        deleted."""
+        is a rename and the whole is idempotent. The batch's other attempts (crashed, or redundant
+        re-executions of the same batch) are deleted; other batches' staging is not touched."""
         layout = self.layout
         moves = [
-            (layout.staging_data(output_id, attempt), layout.data(output_id)),
-            (layout.staging_rejected(output_id, attempt), layout.rejected(output_id)),
-            (layout.staging_manifest(output_id, attempt), layout.manifest(output_id)),
+            (layout.staging_data(batch_id, attempt), layout.data(output_id)),
+            (layout.staging_rejected(batch_id, attempt), layout.rejected(output_id)),
+            (layout.staging_manifest(batch_id, attempt), layout.manifest(output_id)),
         ]
         stamp = f"batch_id={output_id}-{time.time_ns()}"
         for i, (src, dst) in enumerate(moves):
@@ -72,7 +72,7 @@ class FilesSink(Sink):
             if storage.exists(dst):
                 storage.move(dst, layout.trash(f"{stamp}-{i}"))
             storage.move(src, dst)
-        storage.remove(layout.staging(output_id))
+        storage.remove(layout.staging(batch_id))
         storage.remove(f"{layout.meta}/trash")
 
     def retire(self, output_id: int) -> None:

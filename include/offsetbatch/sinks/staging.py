@@ -26,21 +26,22 @@ class StagingLayout:
     def spec(self, batch_id: int) -> str:
         return f"{self.meta}/plans/batch_id={batch_id}.json"
 
-    def staging(self, output_id: int) -> str:
-        return f"{self.meta}/staging/batch_id={output_id}"
+    def staging(self, batch_id: int) -> str:
+        """Every attempt of one batch (a replay stages under its own id, not its target's)."""
+        return f"{self.meta}/staging/batch_id={batch_id}"
 
-    def attempt(self, output_id: int, attempt: str) -> str:
+    def attempt(self, batch_id: int, attempt: str) -> str:
         """One Spark attempt's own folder: concurrent or crashed attempts never share files."""
-        return f"{self.staging(output_id)}/attempt={attempt}"
+        return f"{self.staging(batch_id)}/attempt={attempt}"
 
-    def staging_data(self, output_id: int, attempt: str) -> str:
-        return f"{self.attempt(output_id, attempt)}/data"
+    def staging_data(self, batch_id: int, attempt: str) -> str:
+        return f"{self.attempt(batch_id, attempt)}/data"
 
-    def staging_rejected(self, output_id: int, attempt: str) -> str:
-        return f"{self.attempt(output_id, attempt)}/rejected"
+    def staging_rejected(self, batch_id: int, attempt: str) -> str:
+        return f"{self.attempt(batch_id, attempt)}/rejected"
 
-    def staging_manifest(self, output_id: int, attempt: str) -> str:
-        return f"{self.attempt(output_id, attempt)}/_manifest.json"
+    def staging_manifest(self, batch_id: int, attempt: str) -> str:
+        return f"{self.attempt(batch_id, attempt)}/_manifest.json"
 
     def trash(self, name: str) -> str:
         return f"{self.meta}/trash/{name}"

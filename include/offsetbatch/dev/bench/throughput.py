@@ -44,7 +44,7 @@ def spark_conf(driver_memory: str) -> dict[str, str]:
 
 
 def job_spec(ds: Dataset, bootstrap: str, table: str) -> JobSpec:
-    return JobSpec(pipeline="bench", output_id=1, bootstrap=bootstrap,
+    return JobSpec(pipeline="bench", batch_id=1, output_id=1, bootstrap=bootstrap,
                    ranges=[{"topic": tp.topic, "partition": tp.partition, "from_offset": a, "until_offset": b,
                             "frontier_before": a} for tp, (a, b) in sorted(ds.ranges.items())],
                    sink={"type": "files", "path": table, "event_time_column": "event_time"},
