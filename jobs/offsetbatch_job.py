@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from offsetbatch import faults, storage
-from offsetbatch.errors import OffsetbatchError
+from offsetbatch.errors import ConfigError, OffsetbatchError
 from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.jobspec import JobSpec, Manifest, RangeReport
 from offsetbatch.sinks import sink_for
@@ -38,6 +38,9 @@ log = logging.getLogger("offsetbatch.job")
 
 class OffsetOutOfPlanError(OffsetbatchError):
     """Spark returned a record outside the planned ranges: never write such a batch."""
+
+
+KAFKA_TIMEOUT_MS = 20_000
 
 
 def read_ranges(spark: SparkSession, spec: JobSpec) -> DataFrame:
@@ -61,6 +64,12 @@ def read_ranges(spark: SparkSession, spec: JobSpec) -> DataFrame:
         .option("includeHeaders", "true")
         .option("kafka.isolation.level", spec.isolation_level)
         .option("minPartitions", str(min_partitions))
+        # Bounded waits: a lost broker fails the job in well under a minute instead of minutes of
+        # retries (a partition leader moving to another live broker is still retried within them).
+        .option("kafka.request.timeout.ms", str(KAFKA_TIMEOUT_MS))
+        .option("kafka.default.api.timeout.ms", str(KAFKA_TIMEOUT_MS))
+        .option("kafkaConsumer.pollTimeoutMs", str(KAFKA_TIMEOUT_MS))
+        .option("fetchOffset.numRetries", "2")
         .load()
     )
 
@@ -119,6 +128,60 @@ def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
     return spark.sql(spec.transform_sql) if spec.transform_sql else good
 
 
+class TransformAnalysisError(ConfigError):
+    """The transform does not analyze against the records it would get: found before any Kafka read."""
+
+
+# The columns Spark's Kafka source returns (docs: Structured Streaming + Kafka integration guide).
+KAFKA_SOURCE_DDL = ("`key` BINARY, `value` BINARY, `topic` STRING, `partition` INT, `offset` BIGINT, "
+                    "`timestamp` TIMESTAMP, `timestampType` INT, `headers` ARRAY<STRUCT<`key`: STRING, `value`: BINARY>>")
+
+
+def empty_records(spark: SparkSession, spec: JobSpec) -> DataFrame:
+    """The records the transform sees, without rows: an empty frame of the Kafka source's columns
+    through the same metadata and format code as real records (META, ``value`` if the format keeps
+    it, the fields of ``spec.schema_ddl``), so the analysis sees exactly the real columns."""
+    fmt = FORMATS[spec.value_format]
+    parsed = fmt.parse(with_metadata(spark.createDataFrame([], KAFKA_SOURCE_DDL)), spec)
+    good = parsed.where(F.col(ERROR).isNull()).drop(ERROR)
+    return good if fmt.keeps_value else good.drop("value")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0].rstrip(';') if text else ''}"
+
+
+def analyze_transform(spark: SparkSession, spec: JobSpec) -> None:
+    """Run the transform on ``empty_records`` and force Spark's analysis, so a wrong column or
+    function name (which config validation cannot see) fails in seconds, before Kafka is read,
+    naming the pipeline, the batch and the transform, instead of after reading every range."""
+    fix = ("Nothing was read from Kafka. Fix {field} in the pipeline's config: the batch stays planned and the "
+           "next run executes it unchanged.")
+    try:
+        records = empty_records(spark, spec)
+    except Exception as exc:  # noqa: BLE001 - whatever Spark says about the schema, the user needs it
+        raise TransformAnalysisError(
+            f"pipeline {spec.pipeline} batch {spec.batch_id}: value.schema {spec.schema_ddl!r} is not a Spark "
+            f"schema: {_first_line(exc)}. {fix.format(field='value.schema')}") from exc
+    if spec.transform_python:
+        field, what = "transform.python", f"transform.python {spec.transform_python!r}"
+    else:
+        field, what = "transform.sql", f"transform.sql {' '.join((spec.transform_sql or '').split())!r}"
+    try:
+        out = transform(spark, records, spec)
+        if not isinstance(out, DataFrame):
+            raise TypeError(f"the transform returned {type(out).__name__}, not a DataFrame")
+        out.schema  # noqa: B018 - forces analysis of the whole plan
+    except Exception as exc:  # noqa: BLE001 - whatever Spark says about the transform, the user needs it
+        raise TransformAnalysisError(
+            f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} fails analysis against the records' "
+            f"columns ({', '.join(records.columns)}): {_first_line(exc)}. {fix.format(field=field)}") from exc
+    if spec.transform_sql or spec.transform_python:
+        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)", spec.pipeline, spec.batch_id, what,
+                 len(out.columns))
+
+
 def _kill_when_writing(staging_data: str) -> None:
     """Fault point job.kill_during_write: once the first data file is being written, SIGKILL the
     driver's JVM (spark-submit's SparkSubmit, this process's parent) and this process, as a lost
@@ -142,6 +205,7 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
     manifest_uri = sink.staging.staging_manifest(spec.batch_id, attempt)
     # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
     storage.remove(manifest_uri)
+    analyze_transform(spark, spec)
     log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
              f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
@@ -186,10 +250,28 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("WARN")
     try:
         for spec in specs:  # one Spark session, one batch after another
-            run(spark, spec, args.attempt)
+            try:
+                run(spark, spec, args.attempt)
+            except Exception as exc:
+                _leave_error(spec, args.attempt, exc)
+                raise
     finally:
         spark.stop()
     return 0
+
+
+def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
+    """The failure's one-line cause, where the spark_job task's failure line reads it
+    (``tasks.spark_failure``): Spark's own exceptions are long and their first line says little."""
+    text = " ".join(str(exc).split())
+    if "TimeoutException" in text or "Timeout of" in text or "timed out" in text.lower():
+        text = (f"Kafka at {spec.bootstrap} did not answer within {KAFKA_TIMEOUT_MS // 1000} s (is the broker up and "
+                f"reachable?): {text}")
+    try:
+        storage.write_json(sink_for(spec.pipeline, spec.sink).staging.job_error(spec.batch_id, attempt),
+                           {"error": f"{type(exc).__name__}: {text[:600]}"})
+    except Exception:  # noqa: BLE001 - the original error matters more than its note
+        log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)
 
 
 if __name__ == "__main__":

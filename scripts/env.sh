@@ -10,9 +10,9 @@ export PG_PORT="${PG_PORT:-54329}"
 
 # Airflow: home, DAGs and plugins of this project, SQLite metadata, no examples.
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$OFFSETBATCH_HOME/airflow}"
-export AIRFLOW__CORE__DAGS_FOLDER="$OFFSETBATCH_ROOT/dags"
-export AIRFLOW__CORE__PLUGINS_FOLDER="$OFFSETBATCH_ROOT/plugins"
-export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$OFFSETBATCH_ROOT/dags}"
+export AIRFLOW__CORE__PLUGINS_FOLDER="${AIRFLOW__CORE__PLUGINS_FOLDER:-$OFFSETBATCH_ROOT/plugins}"
+export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
 export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
@@ -31,6 +31,6 @@ if [ -z "${AIRFLOW_CONN_OFFSETBATCH_LEDGER:-}" ]; then
 fi
 
 # Spark: the driver binds to loopback only, and workers use this venv's Python.
-export SPARK_LOCAL_IP=127.0.0.1
-export PYSPARK_PYTHON="$OFFSETBATCH_ROOT/.venv/bin/python"
-export PYSPARK_DRIVER_PYTHON="$OFFSETBATCH_ROOT/.venv/bin/python"
+export SPARK_LOCAL_IP="${SPARK_LOCAL_IP:-127.0.0.1}"
+export PYSPARK_PYTHON="${PYSPARK_PYTHON:-$OFFSETBATCH_ROOT/.venv/bin/python}"
+export PYSPARK_DRIVER_PYTHON="${PYSPARK_DRIVER_PYTHON:-$OFFSETBATCH_ROOT/.venv/bin/python}"

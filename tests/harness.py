@@ -68,7 +68,7 @@ class Pipeline:
             f"dag = pipeline_dag({str(self.config_path)!r})\n"
         )
         self.cfg = load_config(self.config_path)
-        self.ledger = Ledger(self.ledger_url)
+        self.ledger = Ledger(self.ledger_url, create=True)
 
     @property
     def dag_id(self) -> str:

@@ -78,6 +78,8 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = N
     sink = sink_for(cfg.name, cfg.sink)
     with ledger.lock(cfg.name) as conn:
         for batch_id, output_id, attempt in ledger.unpublished(conn, cfg.name):
+            if sink.owner() is None:  # the first publish records which ledger owns the output
+                sink.claim(ledger.identity)
             sink.publish(batch_id, output_id, attempt)
             for old in ledger.superseded_by(conn, cfg.name, batch_id):
                 sink.retire(old)

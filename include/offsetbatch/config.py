@@ -16,8 +16,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from offsetbatch import validation
 from offsetbatch.errors import ConfigError
-from offsetbatch.formats import FORMATS
+from offsetbatch.formats import ERROR, FORMATS, META
+from offsetbatch.formats.json_value import CORRUPT as JSON_CORRUPT
 from offsetbatch.paths import PROJECT_ROOT
 from offsetbatch.sinks import SinkSettings, settings_for
 
@@ -67,6 +69,14 @@ class ValueSettings(_Model):
             raise ValueError(f"must be one of {', '.join(repr(f) for f in sorted(FORMATS))}, got {v!r}")
         return v
 
+    @field_validator("schema_ddl")
+    @classmethod
+    def _ddl_parses(cls, v: str | None) -> str | None:
+        """A DDL typo would otherwise fail only in the Spark job, after the batch was planned."""
+        if v is not None:
+            validation.check_schema_ddl(v, reserved=[*META, "value", ERROR, JSON_CORRUPT])
+        return v
+
     @model_validator(mode="after")
     def _fits_format(self) -> "ValueSettings":
         FORMATS[self.format].check(self.schema_ddl, list(self.required))
@@ -77,13 +87,31 @@ class TransformSettings(_Model):
     sql: str | None = Field(None, description="Spark SQL over the view 'records'")
     python: str | None = Field(None, description="dotted path 'module.function' taking and returning a DataFrame")
 
-    @model_validator(mode="after")
-    def _at_most_one(self) -> "TransformSettings":
-        if self.sql and self.python:
+    @field_validator("sql")
+    @classmethod
+    def _sql_parses(cls, v: str | None) -> str | None:
+        """Syntax only (sqlglot, Spark dialect); the job checks column names before it reads Kafka."""
+        if v is not None:
+            validation.check_transform_sql(v)
+        return v
+
+    @field_validator("python")
+    @classmethod
+    def _python_imports(cls, v: str | None) -> str | None:
+        """The job imports it the same way; a typo must fail at DAG parse, not after planning."""
+        if v is not None:
+            if not re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", v):
+                raise ValueError(f"must be a dotted path 'module.function', got {v!r}")
+            validation.check_python_callable(v)
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _at_most_one(cls, data):
+        """Before the fields: with both given, 'not both' is the fix, whatever else is wrong with them."""
+        if isinstance(data, dict) and data.get("sql") and data.get("python"):
             raise ValueError("give 'sql' or 'python', not both")
-        if self.python and not re.fullmatch(r"[A-Za-z_][\w.]*\.[A-Za-z_]\w*", self.python):
-            raise ValueError(f"'python' must be a dotted path 'module.function', got {self.python!r}")
-        return self
+        return data
 
 
 class SparkSettings(_Model):
@@ -101,6 +129,12 @@ class AirflowSettings(_Model):
     retry_delay_seconds: int = Field(60, ge=0)
     owner: str = "data-engineering"
     tags: list[str] = Field(default_factory=list)
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        """Airflow would refuse it at DAG parse without naming this file or field."""
+        return validation.check_cron(v)
 
 
 class LedgerSettings(_Model):

@@ -71,12 +71,44 @@ def _kafka(cfg: PipelineConfig) -> str:
 
 
 def _ledger(cfg: PipelineConfig) -> str:
-    from offsetbatch.ledger import Ledger
+    from offsetbatch.ledger import Ledger, LedgerMissingError
     from offsetbatch.ledger.schema import LATEST
 
-    with Ledger.for_config(cfg) as ledger:
+    from offsetbatch import ownership
+    from offsetbatch.sinks import sink_for
+
+    sink = sink_for(cfg.name, cfg.sink)
+    if ownership.creates_ledger(sink):  # a new pipeline: its first run creates the ledger if it is missing
+        try:
+            ledger = Ledger.for_config(cfg)
+        except LedgerMissingError:
+            return f"no ledger yet at {Ledger.url_for(cfg)}; the first run creates it (nothing published yet)"
+    else:
+        ledger = Ledger.for_config(cfg)
+    with ledger:
+        ownership.check(cfg.name, ledger, sink)
         rows = ledger.frontier_rows(cfg.name)
-        return f"{ledger.engine.url.render_as_string()} (schema v{LATEST}, {len(rows)} partition(s) tracked)"
+        return (f"{ledger.engine.url.render_as_string(hide_password=True)} (ledger {ledger.identity}, schema "
+                f"v{LATEST}, {len(rows)} partition(s) tracked; owns {cfg.sink.path})")
+
+
+def _transform(cfg: PipelineConfig) -> str:
+    """The config-load checks of the schema, transform and schedule again, reported as one line: a
+    Python transform imports in this environment, not necessarily in Airflow's or Spark's."""
+    from offsetbatch import validation
+
+    parts = []
+    if cfg.value.schema_ddl:
+        parts.append(f"value.schema: {len(validation.check_schema_ddl(cfg.value.schema_ddl))} field(s)")
+    if cfg.transform.sql:
+        parts.append(f"transform.sql: {validation.check_transform_sql(cfg.transform.sql)}")
+    elif cfg.transform.python:
+        validation.check_python_callable(cfg.transform.python)
+        parts.append(f"transform.python: {cfg.transform.python} imports and is callable")
+    else:
+        parts.append("no transform: parsed records are written as they are")
+    parts.append(f"airflow.schedule: {validation.check_cron(cfg.airflow.schedule)!r}")
+    return "; ".join(parts) + " (column names are checked by the Spark job before it reads Kafka)"
 
 
 def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
@@ -96,10 +128,14 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
                            'define it, e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type":"kafka","extra":'
                            '{"bootstrap.servers":"127.0.0.1:9092"}}\' (scripts/env.sh does)'))
     for cfg in configs.values():
+        checks.append(_run(f"{cfg.name}: schema, transform, schedule", lambda c=cfg: _transform(c),
+                           f"fix value.schema / transform / airflow.schedule in {cfg.source_file}; for "
+                           f"transform.python, install the module where Airflow and Spark run"))
         checks.append(_run(f"{cfg.name}: kafka", lambda c=cfg: _kafka(c),
                            "start the broker ('offsetbatch-stack kafka start' locally) or fix the connection; "
                            f"create missing topics or fix kafka.topics in {cfg.source_file}"))
         checks.append(_run(f"{cfg.name}: ledger", lambda c=cfg: _ledger(c),
                            f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
-                           f"server is up and the database exists"))
+                           f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
+                           f"{cfg.name}'"))
     return checks

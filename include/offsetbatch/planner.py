@@ -39,6 +39,12 @@ class RunInfo:
     run_type: str | None = None  # Airflow's: scheduled, manual, backfill, ... (kept with the batch)
 
     @property
+    def ledger_fields(self) -> dict:
+        """What the ledger keeps about the run with each batch it plans (and in the audit event)."""
+        return {"dag_id": self.dag_id, "run_id": self.run_id, "run_type": self.run_type,
+                "actor": self.request.actor, "reason": self.request.reason}
+
+    @property
     def cut_timestamp_ms(self) -> int | None:
         """Runs with a data interval read up to its end (by record timestamp); others to the log end."""
         return int(self.data_interval_end.timestamp() * 1000) if self.data_interval_end else None
@@ -194,8 +200,8 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
             log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
                      run.data_interval_end or "log end")
             return PlanResult("empty", [], gaps)
-        batch = ledger.insert_batch(conn, name, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
-                                    run_type=run.run_type, interval=(run.data_interval_start, run.data_interval_end),
+        batch = ledger.insert_batch(conn, name, "incremental", planned, **run.ledger_fields,
+                                    interval=(run.data_interval_start, run.data_interval_end),
                                     output_path=output_path, lag_at_plan=lag)
         log.info("pipeline %s batch %d: planned for run %s, %d records (lag was %d): %s", name, batch.batch_id,
                  run.run_id, batch.records, lag, batch.describe_ranges())
@@ -206,8 +212,8 @@ def _reread_superseded(ledger: Ledger, conn, run: RunInfo, old: Batch, output_pa
     """After a rewind: re-read a superseded batch's ranges whole; publishing the new batch retires the old output."""
     planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, frontier_before=r.from_offset)
                for r in old.ranges]
-    batch = ledger.insert_batch(conn, old.pipeline, "incremental", planned, dag_id=run.dag_id, run_id=run.run_id,
-                                run_type=run.run_type, interval=(run.data_interval_start, run.data_interval_end),
+    batch = ledger.insert_batch(conn, old.pipeline, "incremental", planned, **run.ledger_fields,
+                                interval=(run.data_interval_start, run.data_interval_end),
                                 output_path=output_path)
     ledger.mark_superseded_by(conn, old.pipeline, old.batch_id, batch.batch_id)
     log.info("pipeline %s batch %d: planned for run %s, re-reading superseded batch %d (its output is replaced "
@@ -240,14 +246,14 @@ def _plan_history(cfg: PipelineConfig, ledger: Ledger, conn, kafka: KafkaSource,
                      b.run_id, run.run_id, target.batch_id, b.describe_ranges())
             out.append(b)
             continue
-        b = ledger.insert_batch(conn, name, "replay", [], dag_id=run.dag_id, run_id=run.run_id, run_type=run.run_type,
+        b = ledger.insert_batch(conn, name, "replay", [], **run.ledger_fields,
                                 interval=interval, output_path=output_path, target=target)
         log.info("pipeline %s batch %d: replays batch %d for run %s (same ranges, output replaced): %s", name,
                  b.batch_id, target.batch_id, run.run_id, b.describe_ranges())
         out.append(b)
     for ranges in history:
-        b = ledger.insert_batch(conn, name, "backfill", ranges, dag_id=run.dag_id, run_id=run.run_id,
-                                run_type=run.run_type, interval=interval, output_path=output_path)
+        b = ledger.insert_batch(conn, name, "backfill", ranges, **run.ledger_fields,
+                                interval=interval, output_path=output_path)
         log.info("pipeline %s batch %d: backfills never-read history for run %s, %d records: %s", name, b.batch_id,
                  run.run_id, b.records, b.describe_ranges())
         out.append(b)

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
+from offsetbatch.rebuild import RebuildPlan
 from offsetbatch.reset import ResetPlan
 from offsetbatch.status import PipelineStatus
 
 
 def status_table(st: PipelineStatus) -> Table:
-    """Per partition: frontier vs log end, lag in records and time; lagging rows in yellow."""
+    """Per partition: frontier vs log end, lag in records and time; lagging rows in yellow. The
+    caption says whether data was lost in the last 24 h (in red when it was)."""
     title = f"{st.pipeline} ({st.dag_id})" + (f"  [red]Kafka: {st.kafka_error}[/]" if st.kafka_error else "")
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="left", caption=_loss_caption(st), caption_justify="left")
     for col in ("topic/partition", "start", "frontier", "log end", "lag (records)", "lag (time)", "last batch"):
         t.add_column(col, justify="left" if col == "topic/partition" else "right")
     for p in st.partitions:
@@ -21,6 +24,13 @@ def status_table(st: PipelineStatus) -> Table:
                   "" if p.lag_seconds is None else f"{p.lag_seconds:.0f}s", str(p.last_batch or ""),
                   style="yellow" if p.lag_records else None)
     return t
+
+
+def _loss_caption(st: PipelineStatus) -> str:
+    if not st.gaps_24h:
+        return "data lost in the last 24 h: none"
+    return (f"[red]data lost in the last 24 h: {st.records_lost_24h:,} records in {st.gaps_24h} gap(s), never read "
+            f"(retention before reading, or a forward reset): 'offsetbatch events {st.pipeline}' says who and why[/]")
 
 
 def batches_table(title: str, batches: list[dict]) -> Table:
@@ -50,6 +60,36 @@ def ranges_table(title: str, batches: list[dict]) -> Table:
             t.add_row(str(b["batch_id"]), f"{r['topic']}/{r['partition']}", str(r["from_offset"]),
                       str(r["until_offset"]), str(r["until_offset"] - r["from_offset"]))
     return t
+
+
+def events_table(title: str, events: list[dict]) -> Table:
+    """Audit events as given by ``ledger.queries.event_rows``, newest first: when, what, who, why."""
+    t = Table(title=title, title_justify="left")
+    for col in ("time (UTC)", "kind", "actor", "batch", "reason", "detail"):
+        t.add_column(col, justify="right" if col == "batch" else "left", overflow="fold")
+    for e in events:
+        t.add_row((e["at"] or "")[:19].replace("T", " "), e["kind"], escape(e["actor"] or ""),  # free text: no markup
+                  "" if e["batch_id"] is None else str(e["batch_id"]), escape(e["reason"] or ""), escape(e["summary"]),
+                  style="yellow" if e["kind"] in ("frontier_reset", "data_loss_skipped") else None)
+    return t
+
+
+def rebuild_table(plan: RebuildPlan, applied: bool) -> Table:
+    """Per partition: where the rebuilt ledger starts and stands; the caption lists batches and gaps."""
+    gaps = ", ".join(f"{g.topic}/{g.partition}[{g.from_offset},{g.until_offset})" for g in plan.gaps) or "none"
+    t = Table(title=f"{plan.pipeline}: ledger rebuilt from {plan.table} ({'APPLIED' if applied else 'dry run'})",
+              title_justify="left", caption_justify="left",
+              caption=f"{len(plan.batches)} committed batch(es) {_id_list(sorted(plan.batches))}, {plan.records} "
+                      f"records; gaps between published ranges: {gaps}")
+    for col in ("topic/partition", "first offset", "frontier"):
+        t.add_column(col, justify="left" if col == "topic/partition" else "right")
+    for tp in sorted(plan.frontier):
+        t.add_row(str(tp), str(plan.starts[tp]), str(plan.frontier[tp]))
+    return t
+
+
+def _id_list(ids: list[int], limit: int = 10) -> str:
+    return ", ".join(map(str, ids[:limit])) + (f", … {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 def reset_table(plan: ResetPlan, applied: bool) -> Table:

@@ -8,6 +8,11 @@
   superseded one's: never duplicated, never partially lost.
 * A planned but uncommitted incremental batch is ``abandoned`` (its compare-and-set could not
   succeed any more).
+* Skipping records is data loss on purpose, so applying a reset that skips more than
+  ``MAX_RESET_SKIP`` (10,000) records, summed over partitions, or any record at all with a
+  timestamp target after the newest record of every partition (a mistyped year skips everything
+  unread), needs ``allow_data_loss`` (CLI: ``--allow-data-loss``). A dry run is never refused for
+  it; it logs that applying would be.
 
 ``plan_reset`` validates everything against Kafka and the ledger and changes nothing (the dry
 run); ``apply_reset`` writes the plan in the caller's locked transaction with one audit event.
@@ -26,7 +31,7 @@ from offsetbatch.errors import RunRequestError
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Gap, TopicPartition
-from offsetbatch.run_request import ResetTarget, RunRequest
+from offsetbatch.run_request import MAX_RESET_SKIP, ResetTarget, RunRequest, check_reason
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,16 @@ class ResetPlan:
     @property
     def changes(self) -> bool:
         return any(m.direction != "unchanged" for m in self.moves)
+
+    @property
+    def skipped(self) -> int:
+        """Offsets this reset records as gap rows: records nobody will read."""
+        return sum(m.to - m.frontier for m in self.moves if m.direction == "forward")
+
+    @property
+    def past_newest(self) -> bool:
+        """Every partition's requested position is its log end (a timestamp after the newest record)."""
+        return bool(self.moves) and all(m.requested >= m.log_end for m in self.moves)
 
     def to_dict(self) -> dict:
         return {"pipeline": self.pipeline, "target": self.target, "superseded": self.superseded,
@@ -154,6 +169,42 @@ def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: 
     return plan
 
 
+def data_loss_refusal(plan: ResetPlan, target: ResetTarget) -> str | None:
+    """Why applying ``plan`` needs ``allow_data_loss``, or ``None``. Checked on the plan, not the
+    request, because only Kafka's offsets tell how many records a target skips."""
+    skipped = plan.skipped
+    if not skipped:
+        return None
+    skips = _skips(plan)
+    if target.kind == "timestamp" and plan.past_newest:
+        return (f"pipeline {plan.pipeline}: reset_to {target.timestamp.isoformat()} is after the newest record of "
+                f"every partition, so it would skip all {skipped:,} unread records ({skips}) and record them as "
+                f"gaps. Check the timestamp (its year?); to skip them on purpose use reset_to latest or set "
+                f"allow_data_loss (CLI: --allow-data-loss). Nothing was changed.")
+    if skipped > MAX_RESET_SKIP:
+        return (f"pipeline {plan.pipeline}: resetting to {target.describe()} would skip {skipped:,} unread records "
+                f"({skips}), more than the {MAX_RESET_SKIP:,} a reset may skip without allow_data_loss. Run it as a "
+                f"dry run to check the moves, then set allow_data_loss (CLI: --allow-data-loss) to skip them on "
+                f"purpose. Nothing was changed.")
+    return None
+
+
+def _skips(plan: ResetPlan, shown: int = 5) -> str:
+    """The skipped ranges for a message: the first few, so a 1,000-partition topic stays readable."""
+    forward = [f"{m.tp} [{m.frontier}, {m.to})" for m in plan.moves if m.direction == "forward"]
+    more = f" and {len(forward) - shown} more partition(s)" if len(forward) > shown else ""
+    return ", ".join(forward[:shown]) + more
+
+
+def check_data_loss(plan: ResetPlan, target: ResetTarget, allow_data_loss: bool) -> None:
+    """Refuse to apply a reset that skips too many records unless the caller allowed data loss."""
+    refusal = data_loss_refusal(plan, target)
+    if refusal and not allow_data_loss:
+        raise RunRequestError(refusal)
+    if refusal:
+        log.warning("pipeline %s: allow_data_loss set: skipping %d unread records", plan.pipeline, plan.skipped)
+
+
 def apply_reset(ledger: Ledger, conn: sa.Connection, plan: ResetPlan, actor: str | None, reason: str | None) -> None:
     """Write ``plan`` in ``conn``'s (locked) transaction, with one audited ``frontier_reset`` event."""
     name = plan.pipeline
@@ -177,13 +228,17 @@ def apply_reset(ledger: Ledger, conn: sa.Connection, plan: ResetPlan, actor: str
 def run_reset(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, request: RunRequest) -> ResetPlan:
     """A reset request end to end: a dry run reads only; otherwise plan and apply under the
     pipeline lock, then publish the new frontier to the consumer group."""
+    check_reason(cfg.name, request.reason)
     if request.dry_run:
         with ledger.reading() as conn:
             plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
         log.info("DRY RUN (nothing changed; set dry_run false / --apply to apply): %s", plan.describe())
+        if (refusal := data_loss_refusal(plan, request.reset_to)) and not request.allow_data_loss:
+            log.warning("DRY RUN: applying this reset would be refused: %s", refusal)
         return plan
     with ledger.lock(cfg.name) as conn:
         plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+        check_data_loss(plan, request.reset_to, request.allow_data_loss)
         apply_reset(ledger, conn, plan, request.actor, request.reason)
     publish_progress(cfg, ledger, kafka)
     return plan

@@ -4,7 +4,13 @@
     mode next      read from the frontier (scheduled runs, and the default)
     mode replay    re-execute recorded batches: a time window [replay_start, replay_end) or batch_ids
     mode reset     move the frontier: reset_to = earliest | latest | ISO timestamp | {"topic": {"0": 123}}
+                   (the JSON object as a string or as an object); skipping more than
+                   ``MAX_RESET_SKIP`` records needs allow_data_loss
     backfill       an Airflow backfill run: replay/backfill its own data interval (no input needed)
+
+Misconfiguration must not lose data silently: a key that is not a param (``mdoe``) is refused, not
+ignored (which would run a plain batch), and ``reason`` is bounded (it is stored in the audit log
+and logged).
 
 Checks that need Kafka or the ledger (unknown topic, offset outside the log, unknown batch) live in
 ``offsetbatch.reset`` and ``offsetbatch.replay``; this module checks shape only.
@@ -20,6 +26,7 @@ logical date (a manual trigger without one) has no interval and reads to the log
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -32,6 +39,17 @@ from offsetbatch.model import TopicPartition
 
 Mode = Literal["next", "replay", "reset", "backfill"]
 MODES = ("next", "replay", "reset")
+# The trigger params, in form order (``dag_params`` builds one Param each); any other key is refused.
+PARAM_NAMES = ("mode", "replay_start", "replay_end", "batch_ids", "reset_to", "dry_run", "allow_rewind",
+               "allow_data_loss", "reason")
+# ``reason`` is stored in the ledger's audit table and logged: enough for a sentence and a ticket link.
+MAX_REASON_CHARS = 1000
+# A reset that records more skipped (never read) offsets than this, summed over partitions, needs
+# allow_data_loss (``reset.check_data_loss``). Small enough that skipping an hour of a real topic needs
+# the flag, large enough that stepping over a few poison records does not. A reset to a timestamp
+# after the newest record of every partition needs it for any skipped record at all: it is what a
+# mistyped year does, and "latest" says it plainly if it is meant.
+MAX_RESET_SKIP = 10_000
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,7 @@ class RunRequest:
     reset_to: ResetTarget | None = None
     dry_run: bool = True
     allow_rewind: bool = False
+    allow_data_loss: bool = False
     reason: str | None = None
     actor: str | None = None
 
@@ -145,10 +164,53 @@ def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
     return tuple(sorted(set(ids)))
 
 
+def check_keys(pipeline: str, conf: dict | None) -> None:
+    """Refuse keys that are not trigger params. Airflow merges a run's conf into its params and keeps
+    unknown keys, so a misspelled ``mdoe: reset`` would otherwise run a plain batch: fail instead,
+    naming the key (and the param it probably meant) and the known ones."""
+    # Cut to 40 characters: a message (and difflib) must not carry whatever a caller pasted as a key.
+    unknown = sorted(str(k)[:40] for k in (conf or {}) if k not in PARAM_NAMES)
+    if not unknown:
+        return
+    hints = [f"{k!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, PARAM_NAMES, 1)) else repr(k)
+             for k in unknown]
+    raise RunRequestError(f"pipeline {pipeline}: unknown trigger parameter(s) {', '.join(hints)}; the known ones are "
+                          f"{', '.join(PARAM_NAMES)}. Fix the spelling and trigger again. Nothing was changed.")
+
+
+def check_reason(pipeline: str, value: Any) -> str | None:
+    """The audit reason, bounded: it is stored whole in the ledger's audit table and logged. Public
+    because requests built without ``from_params`` (the CLI's reset) are checked by ``run_reset``."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise RunRequestError(f"pipeline {pipeline}: reason must be text, not {type(value).__name__}. "
+                              f"Nothing was changed.")
+    if len(value) > MAX_REASON_CHARS:
+        raise RunRequestError(f"pipeline {pipeline}: reason is {len(value):,} characters long, more than the "
+                              f"{MAX_REASON_CHARS:,} allowed (it is kept in the ledger's audit log); shorten it, "
+                              f"e.g. to a sentence and a ticket link. Nothing was changed.")
+    return value
+
+
+def _flag(pipeline: str, params: dict, name: str, default: bool) -> bool:
+    """A boolean param: a string "false" must not count as true."""
+    value = params.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RunRequestError(f"pipeline {pipeline}: {name} must be true or false, not {value!r}. Nothing was changed.")
+    return value
+
+
 def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
                 interval: tuple[datetime | None, datetime | None] = (None, None), actor: str | None = None) -> RunRequest:
-    """The request of one DAG run. An Airflow backfill run always backfills its data interval."""
+    """The request of one DAG run. An Airflow backfill run always backfills its data interval.
+
+    ``params`` are the run's params (the DAG's, merged with the run's conf by Airflow): keys that
+    are not params are refused (``check_keys``) before anything else is read."""
     params = params or {}
+    check_keys(pipeline, params)
     if run_type == "backfill":
         if interval[0] is None or interval[1] is None:
             raise RunRequestError(f"pipeline {pipeline}: a backfill run without a data interval cannot be planned")
@@ -156,7 +218,7 @@ def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
     mode = params.get("mode") or "next"
     if mode not in MODES:
         raise RunRequestError(f"pipeline {pipeline}: mode {mode!r} is not one of {', '.join(MODES)}. Nothing was changed.")
-    common = dict(actor=actor, reason=params.get("reason") or None)
+    common = dict(actor=actor, reason=check_reason(pipeline, params.get("reason")))
     if mode == "next":
         return RunRequest("next", **common)
     if mode == "replay":
@@ -174,15 +236,15 @@ def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
             raise RunRequestError(f"pipeline {pipeline}: replay window end {e.isoformat()} is not after its start "
                                f"{s.isoformat()}. Nothing was changed.")
         return RunRequest("replay", window=(s, e), **common)
-    dry = params.get("dry_run", True)
-    if not isinstance(dry, bool):
-        raise RunRequestError(f"pipeline {pipeline}: dry_run must be true or false, not {dry!r}. Nothing was changed.")
-    return RunRequest("reset", reset_to=parse_reset_target(pipeline, params.get("reset_to")), dry_run=dry,
-                      allow_rewind=bool(params.get("allow_rewind", False)), **common)
+    return RunRequest("reset", reset_to=parse_reset_target(pipeline, params.get("reset_to")),
+                      dry_run=_flag(pipeline, params, "dry_run", True),
+                      allow_rewind=_flag(pipeline, params, "allow_rewind", False),
+                      allow_data_loss=_flag(pipeline, params, "allow_data_loss", False), **common)
 
 
 def dag_params() -> dict:
-    """The DAG's ``params``: Airflow 3.3 renders them as the Trigger DAG form, with these descriptions."""
+    """The DAG's ``params`` (``PARAM_NAMES``, in that order): Airflow 3.3 renders them as the Trigger
+    DAG form, with these descriptions, and validates a run's conf against their types."""
     from airflow.sdk import Param
 
     return {
@@ -198,7 +260,8 @@ def dag_params() -> dict:
                             description="replay only: ISO timestamp with timezone, exclusive; must be after the start."),
         "batch_ids": Param(None, type=["null", "string"], title="Replay: batch ids",
                            description="replay only, instead of a window: comma-separated ids, e.g. 3,4,7."),
-        "reset_to": Param(None, type=["null", "string"], title="Reset: target",
+        # An object too: `--conf '{"reset_to": {"events": {"0": 1200}}}'` is the README's form.
+        "reset_to": Param(None, type=["null", "string", "object"], title="Reset: target",
                           description='reset only: earliest | latest | ISO timestamp with timezone | JSON '
                                       '{"topic": {"partition": offset}} (listed partitions only).'),
         "dry_run": Param(True, type="boolean", title="Reset: dry run",
@@ -208,6 +271,13 @@ def dag_params() -> dict:
                               description="reset only: moving the frontier back over committed batches marks them "
                                           "superseded; their output is replaced when the next runs read the "
                                           "offsets again (never duplicated)."),
+        "allow_data_loss": Param(False, type="boolean", title="Reset: allow skipping unread records",
+                                 description="reset only: a reset that skips more than "
+                                             f"{MAX_RESET_SKIP:,} unread records, or any reset to a timestamp "
+                                             "after the newest record, is refused unless this is ticked. Skipped "
+                                             "offsets are recorded as gap rows and never read."),
+        # No maxLength here: Airflow's refusal would quote the whole value; from_params names the limit.
         "reason": Param(None, type=["null", "string"], title="Reason",
-                        description="Free text kept in the ledger's audit log with who triggered the run."),
+                        description=f"Free text (at most {MAX_REASON_CHARS:,} characters) kept in the ledger's "
+                                    "audit log with who triggered the run."),
     }

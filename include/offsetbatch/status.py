@@ -1,14 +1,16 @@
 """Where a pipeline stands: per partition frontier, log end, lag in records and in time; the
-last batches. One structure feeds the CLI's tables, its ``--json`` output and (later) the UI."""
+last batches; data lost in the last 24 hours. One structure feeds the CLI's tables, its ``--json``
+output and the UI."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 
 from offsetbatch.config import PipelineConfig
 from offsetbatch.kafka_source import KafkaSource
-from offsetbatch.ledger import Ledger
+from offsetbatch.ledger import Ledger, queries
 from offsetbatch.model import Batch, TopicPartition
 
 
@@ -31,6 +33,9 @@ class PipelineStatus:
     partitions: list[PartitionStatus] = field(default_factory=list)
     batches: list[dict] = field(default_factory=list)
     kafka_error: str | None = None
+    # offsets never read, by gap rows recorded in the last 24 h (retention skipped, forward reset)
+    gaps_24h: int = 0
+    records_lost_24h: int = 0
 
     @property
     def lag_records(self) -> int | None:
@@ -52,6 +57,7 @@ def batch_dict(b: Batch) -> dict:
 
 def pipeline_status(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource | None, batches: int = 5) -> PipelineStatus:
     st = PipelineStatus(cfg.name, cfg.dag_id, batches=[batch_dict(b) for b in ledger.list_batches(cfg.name, batches)])
+    st.gaps_24h, st.records_lost_24h = data_lost(ledger, cfg.name)
     rows = ledger.frontier_rows(cfg.name)
     tps = {TopicPartition(r["topic"], r["partition"]): r for r in rows}
     ends: dict[TopicPartition, int] = {}
@@ -76,3 +82,11 @@ def pipeline_status(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource | No
         st.partitions.append(PartitionStatus(tp.topic, tp.partition, r["start_offset"], r["next_offset"], end, lag, age,
                                              r["batch_id"]))
     return st
+
+
+def data_lost(ledger: Ledger, pipeline: str, hours: int = 24) -> tuple[int, int]:
+    """(gap rows, records skipped) recorded in the last ``hours``: an operator must see data loss
+    where they look first, not only in the audit log."""
+    since = datetime.now(timezone.utc) - timedelta(hours=hours)
+    with ledger.reading() as conn:
+        return queries.data_loss(conn, pipeline, since)

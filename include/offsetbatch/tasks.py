@@ -4,6 +4,7 @@
     spark_submission   what the spark_job task submits: the batches still to run, one attempt id, the
                        job's arguments; raises ``NothingToRun`` when there is none (the task skips)
     spark_redundant    after a failed spark-submit: whether other runs committed the batches meanwhile
+    spark_failure      after a failed spark-submit that stands: one line saying what failed and what next
     commit_step        commit the run's batches from the finished attempt's manifests
 
 All return small JSON-able values (they become XComs). All are idempotent per Airflow run, so task
@@ -13,11 +14,13 @@ retries and cleared runs are safe.
 from __future__ import annotations
 
 import logging
+import re
+import signal
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from offsetbatch import faults
+from offsetbatch import faults, ownership, storage
 from offsetbatch.commit import commit_batch, publish_pending
 from offsetbatch.config import PipelineConfig
 from offsetbatch.jobspec import JobSpec
@@ -66,7 +69,9 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datet
     request = from_params(cfg.name, params, run_type, interval, actor)
     log.info("pipeline %s run %s: %s run, mode %s, %s", cfg.name, run_id, run_type or "manual", request.mode,
              f"interval [{_iso(interval[0])}, {_iso(interval[1])})" if interval[0] else "no interval: reads to the log end")
-    with Ledger.for_config(cfg) as ledger:
+    sink = sink_for(cfg.name, cfg.sink)
+    with Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
+        ownership.check(cfg.name, ledger, sink)
         if request.mode == "reset":
             return _reset(cfg, ledger, request)
         publish_pending(cfg, ledger)
@@ -148,10 +153,36 @@ def spark_redundant(cfg: PipelineConfig, submission: SparkSubmission) -> str | N
     return None
 
 
+def spark_failure(cfg: PipelineConfig, submission: SparkSubmission, error: BaseException) -> str:
+    """One line for the task log when the Spark step failed: pipeline, batches, ranges, attempt, the
+    cause (a signal, the job's own last error, Kafka unreachable) and what the next run does."""
+    sink = sink_for(cfg.name, cfg.sink)
+    causes = []
+    code = re.search(r"Error code is: (-?\d+)", str(error))
+    if code and int(code.group(1)) < 0:
+        sig = -int(code.group(1))
+        causes.append(f"spark-submit was killed by signal {sig} ({signal.Signals(sig).name})"
+                      if sig in signal.valid_signals() else f"spark-submit ended by signal {sig}")
+    elif code:
+        causes.append(f"spark-submit exited with code {code.group(1)}")
+    for b in submission.batches:
+        uri = sink.staging.job_error(b.batch_id, submission.attempt)
+        if storage.exists(uri):
+            causes.append(f"the job's last error: {storage.read_json(uri).get('error', '?')}")
+    if not causes:
+        causes.append(f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+    ids = ", ".join(str(b.batch_id) for b in submission.batches)
+    ranges = "; ".join(f"batch {b.batch_id}: {b.describe_ranges()}" for b in submission.batches)
+    return (f"pipeline {cfg.name} batch(es) {ids} attempt {submission.attempt}: the Spark job failed ({'; '.join(causes)}). "
+            f"Ranges: {ranges}. Nothing was committed; the next run (or a retry of this task) re-executes batch(es) "
+            f"{ids} unchanged.")
+
+
 def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict:
     """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
     the Asset event (totals, and per batch)."""
     with Ledger.for_config(cfg) as ledger:
+        ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))
         per_batch = []
         with _kafka(cfg) as kafka:
             for batch_id in batch_ids:

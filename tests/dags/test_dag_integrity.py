@@ -1,12 +1,19 @@
 """Every DAG file imports cleanly and every pipeline config has its DAG, shaped as documented;
-a broken config is a readable import error naming the file and the field."""
+a broken config is a readable import error naming the file and the field. A pipeline is a YAML
+file only: dropping one into OFFSETBATCH_PIPELINES makes its DAG appear, and a broken one is
+reported without hiding the others."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 
 from offsetbatch.config import load_all
+from offsetbatch.dag_factory import pipeline_dags, raise_config_errors
+from offsetbatch.errors import ConfigError
 from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch.run_request import PARAM_NAMES
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +52,13 @@ def test_trigger_form_params(bag):
     for cfg in load_all().values():
         params = bag.dags[cfg.dag_id].params
         assert set(params) == {"mode", "replay_start", "replay_end", "batch_ids", "reset_to", "dry_run",
-                               "allow_rewind", "reason"}
+                               "allow_rewind", "allow_data_loss", "reason"} == set(PARAM_NAMES)
         for name in params:
             param = params.get_param(name)
             assert param.description and param.schema.get("title"), name
         assert params["mode"] == "next" and params.get_param("mode").schema["enum"] == ["next", "replay", "reset"]
-        assert params["dry_run"] is True and params["allow_rewind"] is False
+        assert params["dry_run"] is True and params["allow_rewind"] is False and params["allow_data_loss"] is False
+        assert "object" in params.get_param("reset_to").schema["type"]  # the README's {"topic": {"0": 1200}}
 
 
 def test_a_bad_config_is_an_import_error_naming_file_and_field(tmp_path):
@@ -65,3 +73,59 @@ def test_a_bad_config_is_an_import_error_naming_file_and_field(tmp_path):
     assert len(errors) == 1
     message = next(iter(errors.values()))
     assert str(bad) in message and "field 'sink.path'" in message
+
+
+def _pipeline_yaml(name: str, tmp_path) -> str:
+    return (f"name: {name}\nkafka: {{topics: [t-{name}]}}\nsink: {{path: {tmp_path}/tables/{name}}}\n"
+            f"ledger: {{url: 'sqlite:///{tmp_path}/ledger.db'}}\n")
+
+
+@pytest.fixture
+def installed(tmp_path, monkeypatch):
+    """A pipelines folder given through OFFSETBATCH_PIPELINES: two good configs, one whose sink path is
+    relative (a config error), and a DAG folder holding the project's two DAG files."""
+    pipelines, dags = tmp_path / "pipelines", tmp_path / "dags"
+    pipelines.mkdir()
+    dags.mkdir()
+    (pipelines / "alpha.yaml").write_text(_pipeline_yaml("alpha", tmp_path))
+    (pipelines / "beta.yml").write_text(_pipeline_yaml("beta", tmp_path))
+    bad = pipelines / "broken.yaml"
+    bad.write_text("name: broken\nkafka: {topics: [x]}\nsink: {path: relative/path}\n")
+    for f in (PROJECT_ROOT / "dags").glob("*.py"):
+        shutil.copy(f, dags)
+    monkeypatch.setenv("OFFSETBATCH_PIPELINES", str(pipelines))
+    return pipelines, dags, bad
+
+
+def test_pipeline_dags_builds_one_dag_per_installed_config(installed):
+    pipelines, _, bad = installed
+    dags = pipeline_dags()
+    assert set(dags) == {"offsetbatch_alpha", "offsetbatch_beta"}
+    assert dags["offsetbatch_alpha"].params["allow_data_loss"] is False
+    with pytest.raises(ConfigError) as err:
+        raise_config_errors()
+    assert str(bad) in str(err.value) and "field 'sink.path'" in str(err.value)
+
+    bad.unlink()  # fixed: no error, and single files work as entries too
+    raise_config_errors()
+    assert set(pipeline_dags(str(pipelines / "alpha.yaml"))) == {"offsetbatch_alpha"}
+
+
+def test_a_dropped_in_config_gets_its_dag_and_a_bad_one_hides_no_other(installed):
+    """What the dag-processor sees: the good pipelines' DAGs, and one import error, on the errors
+    file, naming the bad YAML (an import error marks every DAG of its own file stale)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    pipelines, dags, bad = installed
+    bag = DagBag(dag_folder=str(dags))
+    assert set(bag.dags) == {"offsetbatch_alpha", "offsetbatch_beta"}
+    assert [str(k).rsplit("/", 1)[-1] for k in bag.import_errors] == ["offsetbatch_pipeline_errors.py"]
+    message = next(iter(bag.import_errors.values()))
+    assert str(bad) in message and "field 'sink.path'" in message
+
+    (pipelines / "gamma.yaml").write_text(_pipeline_yaml("gamma", pipelines.parent))
+    (pipelines / "alpha_again.yaml").write_text(_pipeline_yaml("alpha", pipelines.parent))  # a name used twice
+    bag = DagBag(dag_folder=str(dags))
+    assert set(bag.dags) == {"offsetbatch_alpha", "offsetbatch_beta", "offsetbatch_gamma"}
+    message = next(iter(bag.import_errors.values()))
+    assert "alpha_again.yaml: pipeline name 'alpha' is already used by" in message and str(bad) in message

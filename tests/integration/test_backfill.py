@@ -110,12 +110,12 @@ def test_backfill_over_hours_first_run_by_logical_date_replays_each_batch_once(m
     """The runs at BASE and BASE+1h already exist, so Airflow's backfill clears and re-runs them
     (they keep their run ids; their run type becomes backfill). Each must replay exactly its own
     hour's batch with the new transform, whatever interval Airflow recorded for the old run."""
-    if how == "dags test":
-        p = _scheduled_pipeline(make_pipeline, airflow_services)
-    else:
-        p = make_pipeline(airflow={"retries": 0, "start_date": BASE.isoformat(), "catchup": True,
-                                   "end_date": (BASE + 2 * H).isoformat()})
-        p.register()
+    # The DAG's schedule ends at BASE+2h. With catch-up (scheduler) unpausing creates the three runs;
+    # without it unpausing creates none (its latest interval is past the end date), and `dags test`
+    # runs at dates inside [start, end] execute their tasks (before the start date they would not).
+    p = make_pipeline("_sch" if how == "scheduler" else "_dt", airflow={
+        "retries": 0, "start_date": BASE.isoformat(), "end_date": (BASE + 2 * H).isoformat(), "catchup": how == "scheduler"})
+    p.register()
     _hours_by_logical_date(p, airflow_services, how)
     before = {b.batch_id: b for b in p.ledger.list_batches(p.name)}
     assert sorted((b.batch_id, b.status) for b in before.values()) == [(1, "committed"), (2, "committed"),
@@ -155,8 +155,12 @@ def test_two_replays_of_one_batch_at_once_replay_it_once(make_pipeline):
     p.register()  # two `dags test` processes would otherwise race to insert the new DAG's Asset row
     _set_transform(p, V2)
     replay = {"mode": "replay", "batch_ids": "1", "reason": "two at once"}
+    # Two distinct Airflow runs: `dags test` without a logical date replaces any other such run of the
+    # DAG (Airflow matches them by their empty logical date), so each gets a date of its own; a
+    # replay by batch id reads the same offsets whatever its date.
+    at = [BASE + 10 * H + i * H for i in range(2)]
     with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(lambda _: p.run(None, conf=replay), range(2)))
+        outcomes = list(pool.map(lambda logical: p.run(logical, run_after=logical + 100 * H, conf=replay), at))
     assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
     logs = "".join(o.output for o in outcomes)
     assert "executes it too (unchanged) instead of replaying batch 1 again" in logs, logs[-4000:]

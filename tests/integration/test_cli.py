@@ -53,14 +53,61 @@ def test_status_and_batch_figures_match_broker_and_ledger(make_pipeline):
     assert human.returncode == 0 and f"{p.topic}/0" in human.stdout
 
 
-def test_exit_codes(make_pipeline):
+def _one_line(res: subprocess.CompletedProcess) -> str:
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr[-3000:]
+    return lines[0]
+
+
+def test_exit_codes(make_pipeline, tmp_path):
     p = make_pipeline()
     assert _cli(p, "batch", p.name, "42").returncode == 3
     assert _cli(p, "status", "no_such_pipeline").returncode == 3
     assert _cli(p, "frobnicate").returncode == 2
+    res = _cli(p, "batches", p.name, "--limit", "-5")
+    assert res.returncode == 2 and "--limit: must be a positive integer, got '-5'" in res.stderr
+
+    missing = subprocess.run(["offsetbatch", "--pipelines", str(tmp_path / "nope"), "status"], env=p.env,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and missing.stdout == "" and "does not exist" in _one_line(missing)
+
+    # A ledger that is not there: one line, exit 1, and the read does not create it.
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    gone = tmp_path / "gone.db"
+    (moved / f"{p.name}.yaml").write_text(p.config_path.read_text().replace(p.ledger_url, f"sqlite:///{gone}"))
+    res = subprocess.run(["offsetbatch", "--pipelines", str(moved), "--json", "status"], env=p.env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and res.stdout == "" and f"pipeline {p.name}: no offsetbatch ledger" in _one_line(res)
+    assert not gone.exists()
+
     (p.root / "broken.yaml").write_text("name: broken\n")
     res = _cli(p, "status")
     assert res.returncode == 2 and "broken.yaml" in res.stderr and "field 'kafka'" in res.stderr
+
+
+def test_resets_are_audited_and_their_data_loss_shows_in_status(make_pipeline):
+    """Two CLI resets against the real broker (no DAG run): the forward one skips the backlog. The
+    audit log names who, when and why; status counts the records lost in the last 24 h."""
+    p = make_pipeline()
+    produced = p.produce(120, start=BASE, hours=1, partitions=2)
+    for to, reason in (("earliest", "start from the beginning"), ("latest", "skip the backlog")):
+        res = _cli(p, "reset", p.name, "--to", to, "--apply", "--reason", reason)
+        assert res.returncode == 0, res.stderr[-3000:]
+
+    res = _cli(p, "--json", "events", p.name)
+    assert res.returncode == 0, res.stderr
+    resets = [e for e in json.loads(res.stdout) if e["kind"] == "frontier_reset"]
+    assert [e["reason"] for e in resets] == ["skip the backlog", "start from the beginning"]  # newest first
+    assert all(e["actor"].startswith("cli:") and e["at"] for e in resets)
+    assert resets[0]["summary"].startswith("reset to latest: ")
+
+    res = _cli(p, "--json", "status", p.name)
+    assert res.returncode == 0, res.stderr
+    [st] = json.loads(res.stdout)
+    assert (st["gaps_24h"], st["records_lost_24h"]) == (len({part for part, _ in produced.offsets}), produced.total)
+    human = _cli(p, "events", p.name)
+    assert human.returncode == 0 and "skip the backlog" in human.stdout
 
 
 def test_doctor_reports_each_check_and_how_to_fix_it(make_pipeline):

@@ -52,6 +52,10 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
     committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
     crashed = p.run(BASE + H, faults="job.kill_during_write")
     crashed.assert_failed_with("killing the Spark driver mid-write")
+    # the task log says in one line which batch failed, why, and what the next run does
+    crashed.assert_failed_with("batch(es) 2 attempt ")
+    crashed.assert_failed_with("the Spark job failed (spark-submit was killed by signal 9 (SIGKILL))")
+    crashed.assert_failed_with("the next run (or a retry of this task) re-executes batch(es) 2 unchanged")
     layout = TableLayout(p.table)
     partial = list(Path(layout.staging(2)).rglob("part-*"))
     assert partial, "the killed attempt left partial files in its staging folder"

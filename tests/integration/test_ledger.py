@@ -28,7 +28,7 @@ def ledger(request, tmp_path):
         url = f"sqlite:///{tmp_path}/ledger.db"
     else:
         url = request.getfixturevalue("postgres").create_database(f"ledger_{uuid.uuid4().hex[:8]}")
-    led = Ledger(url)
+    led = Ledger(url, create=True)
     yield led
     led.dispose()
 

@@ -111,6 +111,7 @@ def test_api_refuses_unauthenticated_requests_and_serves_the_ledger(ui_pipeline,
         status, body, _ = _get(url + path)
         assert status == 401, (path, status, body)
     assert _get(url + "/api/pipelines", token="not-a-jwt")[0] == 403
+    assert _get(url + f"/api/pipelines/{p.name}/batches?before=99999999999999999999999")[0] == 401  # login first
     status, _, headers = _get(url + f"/pipelines/{p.name}")  # a page: sent to Airflow's login
     assert status == 303 and "/auth/login" in headers["location"] and quote(f"/offsetbatch/pipelines/{p.name}", safe="") in headers["location"]
 
@@ -153,6 +154,23 @@ def test_api_refuses_unauthenticated_requests_and_serves_the_ledger(ui_pipeline,
     assert run["batches"][0]["output"].endswith(f"/batch_id={last.batch_id}")
     status, body, _ = _get(url + "/api/pipelines/no_such_pipeline", token)
     assert status == 404 and "no pipeline 'no_such_pipeline'" in body["detail"]
+    assert "1 pipeline(s) are configured" in body["detail"] and str(p.root) not in body["detail"]
+
+    # A batch id past BIGINT is refused with a reason, not a 500.
+    status, body, _ = _get(url + f"/api/pipelines/{p.name}/batches?before=99999999999999999999999", token)
+    assert status == 422 and "'before'" in body["detail"] and "positive 64-bit integer" in body["detail"]
+
+    # The run tab of a DAG no pipeline has: 404 for the API, and a 404 page that explains itself.
+    status, body, _ = _get(url + "/api/runs/not_a_pipeline/manual__x", token)
+    assert status == 404 and body["detail"] == "no offsetbatch pipeline has DAG id 'not_a_pipeline'"
+    status, html, _ = _get(url + "/runs/not_a_pipeline/manual__x", token)
+    assert status == 404 and 'id="not-a-pipeline"' in html and "<code>not_a_pipeline</code>" in html
+
+    # The audit log: the reset of the fixture, with its reason and who triggered it.
+    status, body, _ = _get(url + f"/api/pipelines/{p.name}", token)
+    [reset] = [e for e in body["events"] if e["kind"] == "frontier_reset"]
+    assert reset["reason"] == "ui test" and reset["actor"] and reset["at"]
+    assert reset["summary"].startswith("reset to latest: ")
 
 
 def test_api_without_authentication_in_all_admins_mode(airflow_env, test_state, ui_pipeline):
@@ -242,6 +260,10 @@ def test_browser_pages_show_the_ledger(ui_pipeline, ui_server):
             assert frame.locator("table.batches tr.after-gap").evaluate_all("rows => rows.map(r => r.dataset.batch)") == \
                 [str(exp["batches"][-1].batch_id)]
             assert frame.locator("svg.chart circle").count() == len(exp["batches"])
+            assert frame.locator("svg.chart line.gap").count() == len(exp["gaps"])
+            reset = '#events tr[data-kind="frontier_reset"]'
+            assert frame.locator(f"{reset} [data-field=reason]").inner_text() == "ui test"
+            assert frame.locator(f"{reset} [data-field=actor]").inner_text() not in ("", "—")
             page.screenshot(path=str(shots / "pipeline.png"), full_page=True)
 
             # The DAG run's tab: the batch that run planned.

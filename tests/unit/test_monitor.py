@@ -106,3 +106,119 @@ def test_numbers_and_links():
 def test_pages_escape_ledger_text():
     html = views.render("run.html", cfg=None, dag_id="<b>x</b>", run_id="r", batches=[], base="", spec="s")
     assert "<b>x</b>" not in html and re.search(r"&lt;b&gt;x&lt;/b&gt;", html)
+
+
+def test_lag_svg_draws_a_gap_recorded_after_the_newest_batch():
+    late = {"topic": "t", "partition": 1, "from_offset": 40, "until_offset": 90, "reason": "reset",
+            "detected_at": "2030-01-01T05:00:00+00:00"}
+    early = {**late, "detected_at": "2029-12-31T23:00:00+00:00"}  # before the oldest point: listed, not drawn
+    svg = chart.lag_svg(_points(), [late, early])
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    [gap] = root.findall(f"{ns}line[@class='gap']")
+    assert "[40, 90) reset" in gap.find(f"{ns}title").text
+    assert float(gap.get("x1")) == chart.W - chart.PAD_R  # the axis now ends at the gap
+    xs = [float(c.get("cx")) for c in root.findall(f"{ns}circle")]
+    assert xs[0] == chart.PAD_L and xs[2] < float(gap.get("x1"))
+    assert xs[2] == pytest.approx(chart.PAD_L + (chart.W - chart.PAD_L - chart.PAD_R) * 2 / 4)  # 03:00 of 01:00..05:00
+    assert "2030-01-01 05:00:00 UTC" in svg
+
+
+# ---- the app (FastAPI) in-process: a real SQLite ledger, no Kafka, authorization stubbed -----------
+
+
+@pytest.fixture
+def client(tmp_path, monkeypatch):
+    """The app over one pipeline ``orders`` (two batches, a forward reset by ``alice`` with a reason,
+    the gap it left) and ``lost``, whose ledger does not exist."""
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.core_api.security import get_user
+    from offsetbatch.ledger import Ledger
+    from offsetbatch.model import Gap, OffsetRange, TopicPartition
+    from offsetbatch.monitor import app as app_module
+    from offsetbatch.monitor.sources import Sources
+    from offsetbatch.status import pipeline_status
+
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    for name, db in (("orders", tmp_path / "ledger.db"), ("lost", tmp_path / "gone.db")):
+        (folder / f"{name}.yaml").write_text(f"name: {name}\nkafka: {{topics: [t]}}\nsink: {{path: {tmp_path}/{name}}}\n"
+                                             f"ledger: {{url: 'sqlite:///{db}'}}\n")
+    tp = TopicPartition("t", 0)
+    with Ledger(f"sqlite:///{tmp_path}/ledger.db", create=True) as led:
+        with led.lock("orders") as conn:
+            led.start_partitions(conn, "orders", {tp: 0}, "earliest")
+        for n in range(2):
+            with led.lock("orders") as conn:
+                b = led.insert_batch(conn, "orders", "incremental", [OffsetRange("t", 0, n * 10, n * 10 + 10, n * 10)],
+                                     dag_id="offsetbatch_orders", run_id=f"run_{n}", interval=(None, None),
+                                     output_path=f"{tmp_path}/orders", lag_at_plan=50)
+                led.commit_batch(conn, b, {"rows_out": 10}, {})
+        with led.lock("orders") as conn:
+            led.record_gap(conn, "orders", Gap("t", 0, 20, 35, reason="reset"))
+            led.move_frontier(conn, "orders", tp, 20, 35)
+            led.event(conn, "orders", "frontier_reset", {"target": "latest", "reason": "bad deploy <b>", "moves": [
+                {"topic": "t", "partition": 0, "frontier": 20, "to": 35, "direction": "forward"}]}, actor="alice")
+
+    class NoKafka(Sources):
+        def status(self, cfg, ledger):
+            st = pipeline_status(cfg, ledger, None, batches=0)
+            st.kafka_error = "no Kafka in unit tests"
+            return st.to_dict()
+
+    monkeypatch.setattr(app_module, "_may_read", lambda *a, **k: True)
+    app = app_module.create_app(NoKafka(str(folder)))
+    app.dependency_overrides[get_user] = lambda: "tester"
+    with TestClient(app) as c:
+        c.folder = folder
+        yield c
+
+
+@pytest.mark.parametrize("path", ["/api/pipelines/orders/batches?before=99999999999999999999999",
+                                  "/api/pipelines/orders/batches?before=-3", "/api/pipelines/orders/batches?before=x"])
+def test_api_before_must_be_a_positive_64_bit_integer(client, path):
+    r = client.get(path)
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("invalid query parameter 'before'") and "positive 64-bit integer" in r.json()["detail"]
+
+
+def test_page_with_a_bad_before_says_why(client):
+    r = client.get("/pipelines/orders?before=99999999999999999999999")
+    assert r.status_code == 422 and "invalid query parameter &#x27;before&#x27;" in r.text
+
+
+def test_unknown_pipeline_404_does_not_show_the_config_folder(client):
+    for path in ("/api/pipelines/nope", "/pipelines/nope"):
+        r = client.get(path)
+        assert r.status_code == 404
+        assert "no pipeline &#x27;nope&#x27;" in r.text or "no pipeline 'nope'" in r.text
+        assert "2 pipeline(s) are configured" in r.text and str(client.folder) not in r.text
+
+
+def test_run_tab_of_a_dag_that_is_no_pipeline_is_a_404_that_explains_itself(client):
+    r = client.get("/api/runs/not_a_dag/manual__1")
+    assert r.status_code == 404 and r.json() == {"detail": "no offsetbatch pipeline has DAG id 'not_a_dag'"}
+    r = client.get("/runs/not_a_dag/manual__1")
+    assert r.status_code == 404 and 'id="not-a-pipeline"' in r.text and "<code>not_a_dag</code>" in r.text
+    assert str(client.folder) not in r.text
+    assert client.get("/runs/offsetbatch_orders/run_1").status_code == 200
+    assert client.get("/dags/not_a_dag").status_code == 404
+
+
+def test_pipeline_api_and_page_show_the_audit_log(client):
+    body = client.get("/api/pipelines/orders").json()
+    [reset] = [e for e in body["events"] if e["kind"] == "frontier_reset"]
+    assert (reset["actor"], reset["reason"], reset["summary"]) == ("alice", "bad deploy <b>", "reset to latest: t/0 20→35")
+    assert all(e["kind"] != "batch_committed" for e in body["events"])
+    html = client.get("/pipelines/orders").text
+    row = re.search(r'<tr class="event notable"[^>]*data-kind="frontier_reset">(.*?)</tr>', html, re.S).group(1)
+    assert "alice" in row and "bad deploy &lt;b&gt;" in row and "t/0 20→35" in row
+
+
+def test_a_missing_ledger_is_a_503_naming_the_pipeline(client):
+    for path in ("/api/pipelines/lost", "/api/pipelines/lost/batches", "/pipelines/lost"):
+        r = client.get(path)
+        assert r.status_code == 503 and "pipeline lost: cannot read its ledger" in r.text, path
+    body = client.get("/api/pipelines").json()  # the other pipeline still shows
+    assert [p["name"] for p in body["pipelines"]] == ["orders"] and "pipeline lost" in body["errors"][0]

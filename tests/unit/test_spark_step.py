@@ -27,7 +27,7 @@ def cfg(tmp_path):
 def _plan(cfg, *ranges):
     """Batches as the plan task leaves them: planned in the ledger, listed in its XCom."""
     out = []
-    with Ledger.for_config(cfg) as ledger:
+    with Ledger.for_config(cfg, create=True) as ledger:
         with ledger.lock("p") as conn:
             if not ledger.frontier(conn, "p"):
                 ledger.start_partitions(conn, "p", {TP: 0}, "earliest")
@@ -96,3 +96,20 @@ def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
         _commit(cfg, 2, "x")
         third = plan_for_run(cfg, ledger, None, RunInfo("d", "manual__3", request=replay), "/t")
         assert [b.batch_id for b in third.batches] == [3]  # once committed, a new replay is a new batch
+
+
+def test_a_failed_spark_step_is_one_line_naming_batch_ranges_cause_and_next_step(cfg):
+    from offsetbatch import storage
+    from offsetbatch.sinks import sink_for
+    from offsetbatch.tasks import spark_failure
+
+    sub = spark_submission(cfg, _plan(cfg, (0, 10)), 1)
+    killed = spark_failure(cfg, sub, RuntimeError("Cannot execute: spark-submit --master local[*] …. Error code is: -9."))
+    assert killed == (f"pipeline p batch(es) 1 attempt {sub.attempt}: the Spark job failed (spark-submit was killed by "
+                      f"signal 9 (SIGKILL)). Ranges: batch 1: t/0[0,10). Nothing was committed; the next run (or a "
+                      f"retry of this task) re-executes batch(es) 1 unchanged.")
+    storage.write_json(sink_for("p", cfg.sink).staging.job_error(1, sub.attempt),
+                       {"error": "KafkaException: Timeout of 30000ms expired before the position for partition t-0"})
+    line = spark_failure(cfg, sub, RuntimeError("Cannot execute: spark-submit …. Error code is: 1."))
+    assert "(spark-submit exited with code 1; the job's last error: KafkaException: Timeout of 30000ms" in line
+    assert "\n" not in line

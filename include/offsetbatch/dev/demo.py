@@ -56,7 +56,7 @@ def main() -> int:
     took = broker.start()
     console.print(f"[bold]1.[/] Kafka broker ready on {broker.bootstrap} ({took:.1f}s)")
     cfg = load_config(_config_path("sample_events"))
-    with Ledger.for_config(cfg) as ledger:
+    with Ledger.for_config(cfg, create=True) as ledger:  # the demo starts the sample pipeline afresh
         _reset(cfg, ledger, broker.bootstrap)
 
         first_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS + 1)

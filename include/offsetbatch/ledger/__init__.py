@@ -4,7 +4,15 @@ The single source of truth for what was read. Airflow tasks own it; the Spark jo
 touches it (docs/architecture.md, Data flow).
 """
 
-from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout, StaleCommitError
+from offsetbatch.ledger.errors import (
+    LedgerError,
+    LedgerLockTimeout,
+    LedgerMissingError,
+    LedgerUnreachableError,
+    OwnershipError,
+    StaleCommitError,
+)
 from offsetbatch.ledger.store import Ledger
 
-__all__ = ["Ledger", "LedgerError", "LedgerLockTimeout", "StaleCommitError"]
+__all__ = ["Ledger", "LedgerError", "LedgerLockTimeout", "LedgerMissingError", "LedgerUnreachableError",
+           "OwnershipError", "StaleCommitError"]

@@ -12,6 +12,7 @@ import logging
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Iterator
 
 import sqlalchemy as sa
@@ -19,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from offsetbatch.ledger import schema
-from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout
+from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout, LedgerMissingError, LedgerUnreachableError
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 120
@@ -44,6 +45,49 @@ def url_from_connection(conn_id: str) -> str:
         f"connection '{conn_id}' has conn_type '{conn.conn_type}'; the ledger needs 'sqlite', 'postgres', "
         f"or an extra 'sqlalchemy_url'"
     )
+
+
+def open_engine(url: str, create: bool = False) -> sa.Engine:
+    """An engine on an existing ledger; ``create`` makes a missing one (file or schema) instead of
+    refusing. A ledger is never created by accident: a missing ledger next to an existing table
+    would re-read everything the table holds."""
+    u = sa.make_url(url)
+    shown = u.render_as_string(hide_password=True)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        path = Path(u.database)
+        if not path.exists():
+            if not create:
+                raise LedgerMissingError(_missing(shown, f"the file {path} does not exist"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            has_schema = sa.inspect(conn).has_table(schema.schema_version.name)
+    except sa.exc.DBAPIError as exc:
+        engine.dispose()
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        if u.get_backend_name() == "sqlite":
+            raise LedgerUnreachableError(
+                f"cannot open the ledger file at {shown}: {reason}. Nothing was changed. A damaged file must be "
+                f"restored from a backup, or moved away and rebuilt from the table ('offsetbatch ledger rebuild')."
+            ) from None
+        raise LedgerUnreachableError(
+            f"cannot reach the ledger at {shown}: {reason}. Nothing was changed. Check that the database "
+            f"server is up and the ledger connection (ledger.url or its Airflow connection) is right "
+            f"('offsetbatch doctor')."
+        ) from None
+    if not has_schema and not create:
+        engine.dispose()
+        raise LedgerMissingError(_missing(shown, "the database has no offsetbatch ledger tables"))
+    return engine
+
+
+def _missing(shown: str, why: str) -> str:
+    return (f"no offsetbatch ledger at {shown}: {why}. Nothing was changed, and offsetbatch does not create a "
+            f"ledger implicitly (a new ledger next to an existing table would re-read what the table holds). A new "
+            f"deployment: 'offsetbatch ledger init' (the first run of a pipeline whose table is empty also creates "
+            f"it). A ledger that moved: point ledger.url or the ledger's Airflow connection at it. A lost ledger: "
+            f"'offsetbatch ledger rebuild PIPELINE' rebuilds it from the table.")
 
 
 def create_engine(url: str) -> sa.Engine:

@@ -11,5 +11,17 @@ class LedgerLockTimeout(LedgerError):
     """Another run of the same pipeline held the ledger lock for too long."""
 
 
+class LedgerMissingError(LedgerError):
+    """The ledger database (or its schema) does not exist, and nothing asked to create it."""
+
+
+class LedgerUnreachableError(LedgerError):
+    """The ledger database could not be reached (server down, wrong host, bad credentials)."""
+
+
+class OwnershipError(LedgerError):
+    """The ledger and the pipeline's table do not belong together (a lost, replaced or mistyped ledger)."""
+
+
 class StaleCommitError(LedgerError):
     """A commit's compare-and-set found a frontier other than the one its batch was planned from."""

@@ -3,7 +3,8 @@
 
 They must stay fast with tens of thousands of batches: history pages are keyset-paged on the
 primary key (``batch_id < before``), a page's ranges come in one ``IN`` query (not one per batch),
-the run tab uses ``ix_ob_batches_run`` and the 24-hour figures ``ix_ob_batches_committed``.
+the run tab uses ``ix_ob_batches_run``, the 24-hour figures ``ix_ob_batches_committed`` and the
+audit log ``ix_ob_events_pipeline``.
 
 ``page_rows`` and ``range_rows`` take a connection and return rows (the building blocks); the UI
 functions take a ``Ledger``, read in one connection of ``Ledger.reading()`` and return JSON-ready dicts.
@@ -17,12 +18,19 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import sqlalchemy as sa
 
-from offsetbatch.ledger.schema import batches, gaps, ranges
+from offsetbatch.ledger.schema import batches, events, gaps, ranges
 
 if TYPE_CHECKING:
     from offsetbatch.ledger.store import Ledger
 
 MAX_PAGE = 500
+# Per-batch bookkeeping of incremental batches: one or two events per scheduled run. Left out of the
+# audit view by default, so a reset or a replay does not scroll away within a day.
+ROUTINE_EVENTS = ("batch_planned", "batch_committed", "batch_resumed")
+# Leaving them out is a filter no index serves (ob_events is indexed on pipeline and time only), so
+# the UI looks for audit events among this many newest events (~40 days of hourly runs) and stays
+# flat as history grows; the CLI looks through all of them.
+EVENT_WINDOW = 2000
 
 
 # ---- building blocks (a connection in, rows out) ----------------------------------------------
@@ -49,6 +57,31 @@ def range_rows(conn: sa.Connection, pipeline: str, ids: Iterable[int]) -> dict[i
     for r in rows:
         out[r.batch_id].append(r)
     return out
+
+
+def data_loss(conn: sa.Connection, pipeline: str, since: datetime) -> tuple[int, int]:
+    """(gap rows, records they skipped) recorded at or after ``since``: offsets never read, by
+    retention (``on_data_loss: skip``) or a forward reset."""
+    n, lost = conn.execute(
+        sa.select(sa.func.count(), sa.func.sum(gaps.c.until_offset - gaps.c.from_offset))
+        .where(gaps.c.pipeline == pipeline, gaps.c.detected_at >= since)).one()
+    return n, int(lost or 0)
+
+
+def event_query(pipeline: str, limit: int, routine: bool = False, since: datetime | None = None) -> sa.Select:
+    """The newest ``limit`` audit events (``ob_events``), newest first, read backwards along
+    ``ix_ob_events_pipeline`` (not before ``since`` if given). Without ``routine``, the bookkeeping
+    of incremental batches is left out (a replay's or backfill's planning stays: an operator asked
+    for it)."""
+    q = (sa.select(events, batches.c.kind.label("batch_kind"))
+         .outerjoin(batches, sa.and_(batches.c.pipeline == events.c.pipeline, batches.c.batch_id == events.c.batch_id))
+         .where(events.c.pipeline == pipeline))
+    if since is not None:
+        q = q.where(events.c.at >= since)
+    if not routine:
+        q = q.where(sa.or_(events.c.kind.not_in(ROUTINE_EVENTS), batches.c.kind.is_(None),
+                           batches.c.kind != "incremental"))
+    return q.order_by(events.c.at.desc(), events.c.id.desc()).limit(limit)
 
 
 # ---- the UI's reads (a Ledger in, JSON-ready dicts out) ---------------------------------------
@@ -134,9 +167,7 @@ def summary(ledger: Ledger, pipeline: str, now: datetime | None = None) -> dict:
             sa.select(sa.func.count(), sa.func.sum(batches.c.rows_in), sa.func.sum(batches.c.rows_out),
                       sa.func.sum(batches.c.rows_rejected))
             .where(batches.c.pipeline == pipeline, batches.c.committed_at >= since)).one()
-        lost = conn.execute(
-            sa.select(sa.func.count(), sa.func.sum(gaps.c.until_offset - gaps.c.from_offset))
-            .where(gaps.c.pipeline == pipeline, gaps.c.detected_at >= since)).one()
+        lost = data_loss(conn, pipeline, since)
         last_rows = _batch_rows(conn, pipeline, last)
     last_batch = last_rows[0] if last_rows else None
     return {
@@ -146,7 +177,7 @@ def summary(ledger: Ledger, pipeline: str, now: datetime | None = None) -> dict:
         "last_commit_age_seconds": _seconds(last_committed.committed_at if last_committed else None, now),
         "batches_by_status": counts,
         "last_24h": {"batches": day[0], "rows_in": day[1] or 0, "rows_out": day[2] or 0, "rows_rejected": day[3] or 0,
-                     "gaps": lost[0], "records_lost": lost[1] or 0},
+                     "gaps": lost[0], "records_lost": lost[1]},
     }
 
 
@@ -187,3 +218,53 @@ def mark_gaps(page: list[dict], gap_list: list[dict]) -> None:
     for b in page:
         b["after_gaps"] = [ends[k] for k in ((r["topic"], r["partition"], r["from_offset"]) for r in b["ranges"])
                            if k in ends] if b["kind"] == "incremental" else []
+
+
+def event_rows(ledger: Ledger, pipeline: str, limit: int = 20, routine: bool = False,
+               window: int | None = None) -> list[dict]:
+    """The audit log, newest first (``event_query``): when, what, who (``actor``: ``cli:<user>`` or
+    the Airflow user who triggered the run), why (``reason``, when one was given), a one-line
+    ``summary`` and the recorded ``detail`` as is. ``window``: look only among that many newest
+    events (``EVENT_WINDOW``: a page must not scan the whole history)."""
+    limit = max(1, min(limit, MAX_PAGE))
+    with ledger.reading() as conn:
+        since = None
+        if window is not None and not routine:
+            since = conn.execute(sa.select(events.c.at).where(events.c.pipeline == pipeline)
+                                 .order_by(events.c.at.desc()).offset(window - 1).limit(1)).scalar()
+        rows = conn.execute(event_query(pipeline, limit, routine, since)).all()
+    out = []
+    for r in rows:
+        detail = r.detail if isinstance(r.detail, dict) else {}
+        out.append({"id": r.id, "at": _iso(r.at), "kind": r.kind, "actor": r.actor, "batch_id": r.batch_id,
+                    "reason": detail.get("reason") or None, "summary": event_summary(r.kind, detail),
+                    "detail": detail})
+    return out
+
+
+def event_summary(kind: str, d: dict) -> str:
+    """One line saying what an audit event changed, from what its writer recorded."""
+    if kind == "frontier_reset":
+        moved = [f"{m['topic']}/{m['partition']} {'new' if m.get('frontier') is None else m['frontier']}→{m['to']}"
+                 for m in d.get("moves", []) if m.get("direction") != "unchanged"]
+        text = f"reset to {d.get('target', '?')}: " + (", ".join(moved[:4]) or "nothing moved")
+        text += f" … {len(moved) - 4} more" if len(moved) > 4 else ""
+        if d.get("superseded"):
+            text += f"; superseded batch(es) {', '.join(map(str, d['superseded']))}"
+        if d.get("abandoned"):
+            text += f"; abandoned batch(es) {', '.join(map(str, d['abandoned']))}"
+        return text
+    if kind == "data_loss_skipped":
+        lost = (d.get("until") or 0) - (d.get("from") or 0)
+        return (f"{d.get('topic')}/{d.get('partition')} [{d.get('from')}, {d.get('until')}): {lost:,} records deleted "
+                f"by retention before they were read, skipped (on_data_loss: skip)")
+    if kind == "partition_started":
+        return f"{d.get('topic')}/{d.get('partition')} starts at offset {d.get('offset')} ({d.get('policy')})"
+    if kind == "batch_planned":
+        what = f"replay of batch {d['replays']}" if d.get("replays") else f"{d.get('kind', '?')} batch"
+        return f"{what} planned by run {d.get('run_id')}: {d.get('records') or 0:,} records"
+    if kind == "batch_committed":
+        return ", ".join(f"{k} {v}" for k, v in d.items() if k in ("rows_in", "rows_out", "rows_rejected")) or "committed"
+    if kind == "batch_resumed":
+        return f"re-executed unchanged by run {d.get('by_run')}"
+    return ", ".join(f"{k}: {v}" for k, v in d.items() if k != "reason")

@@ -107,6 +107,13 @@ events = sa.Table(
     sa.Index("ix_ob_events_pipeline", "pipeline", "at"),
 )
 
+# v5: the ledger's identity, created once; a table records the identity of the ledger that owns it
+ledger_info = sa.Table(
+    "ob_ledger", metadata,
+    sa.Column("ledger_id", sa.String(36), primary_key=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
 schema_version = sa.Table(
     "ob_schema_version", metadata,
     sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
@@ -115,7 +122,7 @@ schema_version = sa.Table(
 
 
 def _v1(conn: sa.Connection) -> None:
-    for table in (pipelines, batches, ranges, frontier, gaps, events):
+    for table in (pipelines, batches, ranges, frontier, gaps, events):  # ob_ledger comes with v5
         table.create(conn, checkfirst=True)
 
 
@@ -141,5 +148,15 @@ def _v4(conn: sa.Connection) -> None:
         conn.execute(sa.text("ALTER TABLE ob_batches ADD COLUMN run_type VARCHAR(32)"))
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4]
+def _v5(conn: sa.Connection) -> None:
+    """The ledger's identity (issue: nothing lost by misconfiguration)."""
+    import uuid
+    from datetime import datetime, timezone
+
+    ledger_info.create(conn, checkfirst=True)
+    if conn.execute(sa.select(sa.func.count()).select_from(ledger_info)).scalar_one() == 0:
+        conn.execute(ledger_info.insert().values(ledger_id=str(uuid.uuid4()), created_at=datetime.now(timezone.utc)))
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
 LATEST = len(MIGRATIONS)

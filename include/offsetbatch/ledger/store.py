@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from offsetbatch.ledger import engine as eng
 from offsetbatch.ledger import queries
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError
-from offsetbatch.ledger.schema import batches, events, frontier, gaps, ranges
+from offsetbatch.ledger.schema import batches, events, frontier, gaps, ledger_info, ranges
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -46,10 +46,13 @@ _RANGE_STATS = (ranges.update()
 class Ledger:
     """The offsets ledger of one database (any number of pipelines)."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, create: bool = False):
+        """Open the ledger at ``url``; raises ``LedgerMissingError`` unless it exists or ``create``
+        (``offsetbatch ledger init``, a pipeline's first run on an empty table, tests)."""
         self.url = url
-        self.engine = eng.create_engine(url)
+        self.engine = eng.open_engine(url, create)
         eng.migrate(self.engine)
+        self._identity: str | None = None
 
     @staticmethod
     def url_for(cfg) -> str:
@@ -57,8 +60,28 @@ class Ledger:
         return cfg.ledger.url or eng.url_from_connection(cfg.ledger.conn_id)
 
     @classmethod
-    def for_config(cls, cfg) -> "Ledger":
-        return cls(cls.url_for(cfg))
+    def for_config(cls, cfg, create: bool = False) -> "Ledger":
+        return cls(cls.url_for(cfg), create)
+
+    @property
+    def identity(self) -> str:
+        """This ledger's id, made once when it was created (tables record which ledger owns them)."""
+        if self._identity is None:
+            with self.reading() as conn:
+                self._identity = conn.execute(sa.select(ledger_info.c.ledger_id)).scalar_one()
+        return self._identity
+
+    def knows(self, pipeline: str) -> bool:
+        """Whether this ledger has planned anything for ``pipeline``."""
+        with self.reading() as conn:
+            return conn.execute(sa.select(batches.c.batch_id).where(batches.c.pipeline == pipeline).limit(1)).first() \
+                is not None
+
+    def committed_ids(self, pipeline: str) -> set[int]:
+        """Ids of the pipeline's committed batches: the output ids a table may hold."""
+        with self.reading() as conn:
+            return set(conn.execute(sa.select(batches.c.batch_id).where(
+                batches.c.pipeline == pipeline, batches.c.status == "committed")).scalars())
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -316,7 +339,7 @@ class Ledger:
     def insert_batch(self, conn: sa.Connection, pipeline: str, kind: str, planned: list[OffsetRange], *,
                      dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
                      output_path: str, target: Batch | None = None, lag_at_plan: int | None = None,
-                     run_type: str | None = None) -> Batch:
+                     run_type: str | None = None, actor: str | None = None, reason: str | None = None) -> Batch:
         """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's.
         ``lag_at_plan``: records between the frontier and the log end at planning (the UI's lag history)."""
         batch_id = self.next_batch_id(conn, pipeline)
@@ -329,7 +352,8 @@ class Ledger:
         if target is not None:
             planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset) for r in target.ranges]
             self.event(conn, pipeline, "batch_planned", {"kind": kind, "run_id": run_id, "replays": target.batch_id,
-                                                         "records": sum(r.size for r in planned)}, batch_id)
+                                                         "records": sum(r.size for r in planned), "reason": reason},
+                       batch_id, actor=actor)
             return Batch(pipeline, batch_id, kind, "planned", planned, run_id, dag_id, target_batch_id=target.batch_id)
         if planned:
             conn.execute(ranges.insert(), [
@@ -338,7 +362,8 @@ class Ledger:
                 for r in planned
             ])
         self.event(conn, pipeline, "batch_planned", {"kind": kind, "run_id": run_id, "ranges": len(planned),
-                                                     "records": sum(r.size for r in planned)}, batch_id)
+                                                     "records": sum(r.size for r in planned), "reason": reason},
+                   batch_id, actor=actor)
         return Batch(pipeline, batch_id, kind, "planned", list(planned), run_id, dag_id)
 
     def commit_batch(self, conn: sa.Connection, batch: Batch, stats: dict, range_stats: dict[TopicPartition, dict]) -> None:
@@ -400,6 +425,31 @@ class Ledger:
             f"{r.topic}/{r.partition}, but the frontier is now {now.get(r.tp)}; another run moved it. Nothing was "
             f"committed. Re-run the DAG: the planner will re-plan from the current frontier."
         )
+
+    def restore(self, conn: sa.Connection, pipeline: str, starts: dict[TopicPartition, int],
+                frontier_at: dict[TopicPartition, int], gap_rows: list[Gap],
+                committed: list[tuple[int, list[OffsetRange], dict, dict[TopicPartition, tuple[int, int]]]],
+                output_path: str, actor: str | None) -> None:
+        """Write a rebuilt pipeline (``offsetbatch.rebuild``) in ``conn``'s transaction: frontier rows,
+        committed batches with their ranges and stats, gap rows, and one audit event."""
+        t = eng.now()
+        last = {r.tp: batch_id for batch_id, planned, _, _ in committed for r in planned
+                if r.until_offset == frontier_at[r.tp]}  # the batch that moved each frontier last
+        conn.execute(frontier.insert(), [
+            dict(pipeline=pipeline, topic=tp.topic, partition=tp.partition, start_offset=starts[tp],
+                 next_offset=frontier_at[tp], batch_id=last.get(tp), updated_at=t) for tp in sorted(frontier_at)])
+        for batch_id, planned, stats, per_range in committed:
+            conn.execute(batches.insert().values(
+                pipeline=pipeline, batch_id=batch_id, kind="incremental", status="committed", planned_at=t,
+                committed_at=t, published_at=t, output_path=output_path, **stats))
+            conn.execute(ranges.insert(), [
+                dict(pipeline=pipeline, batch_id=batch_id, topic=r.topic, partition=r.partition,
+                     from_offset=r.from_offset, until_offset=r.until_offset, frontier_before=r.frontier_before,
+                     rows_read=per_range[r.tp][0], rows_rejected=per_range[r.tp][1]) for r in planned])
+        for gap in gap_rows:
+            self.record_gap(conn, pipeline, gap)
+        self.event(conn, pipeline, "ledger_rebuilt", {"batches": len(committed), "gaps": len(gap_rows),
+                                                     "table": output_path}, actor=actor)
 
     def count_attempt(self, pipeline: str, batch_id: int) -> None:
         with self.engine.begin() as conn:

@@ -39,7 +39,7 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         from airflow.exceptions import AirflowSkipException
 
         from offsetbatch.config import load_config
-        from offsetbatch.tasks import NothingToRun, spark_redundant, spark_submission
+        from offsetbatch.tasks import NothingToRun, spark_failure, spark_redundant, spark_submission
 
         cfg = load_config(self.config_path)
         try:
@@ -53,9 +53,10 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         self.name = submission.name
         try:
             super().execute(context)
-        except Exception:
+        except Exception as exc:
             reason = spark_redundant(cfg, submission)
             if reason:
                 raise AirflowSkipException(reason) from None
+            self.log.error(spark_failure(cfg, submission, exc))
             raise
         return submission.attempt

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -34,6 +35,8 @@ from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from offsetbatch.jobspec import Manifest
 
 
 class SinkSettings(BaseModel):
@@ -113,6 +116,25 @@ class Sink(ABC):
     def discard(self, batch_id: int, attempt: str) -> None:
         """Drop one attempt's staged output (a redundant or losing re-execution)."""
         storage.remove(self.staging.attempt(batch_id, attempt))
+
+    @abstractmethod
+    def published_ids(self) -> list[int]:
+        """Output ids the target holds published output of (read from the sink's own markers)."""
+
+    def owner(self) -> dict | None:
+        """Which ledger and pipeline own this output (``{"ledger_id", "pipeline", "claimed_at"}``),
+        ``None`` before the first publish. Recorded next to the staging area; a sink whose target
+        has properties of its own (a table format) may keep it there instead."""
+        return storage.read_json(self.staging.owner) if storage.exists(self.staging.owner) else None
+
+    def claim(self, ledger_id: str) -> None:
+        """Record that ``ledger_id`` owns this output (first publish, or a ledger rebuild)."""
+        storage.write_json(self.staging.owner, {"ledger_id": ledger_id, "pipeline": self.pipeline,
+                                                "claimed_at": datetime.now(timezone.utc).isoformat()})
+
+    def published_manifests(self) -> dict[int, "Manifest"]:
+        """The manifest of each published output id (what ``offsetbatch ledger rebuild`` reads)."""
+        raise NotImplementedError(f"sink {self.type} cannot list its published manifests")
 
     def describe(self, output_id: int) -> str:
         """Where ``output_id``'s output is, for log lines."""

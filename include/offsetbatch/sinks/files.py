@@ -79,6 +79,20 @@ class FilesSink(Sink):
         for path in (self.layout.data(output_id), self.layout.rejected(output_id), self.layout.manifest(output_id)):
             storage.remove(path)
 
+    def published_ids(self) -> list[int]:
+        return sorted(self._manifest_files())
+
+    def published_manifests(self) -> dict[int, Manifest]:
+        return {i: Manifest.load(uri) for i, uri in sorted(self._manifest_files().items())}
+
+    def _manifest_files(self) -> dict[int, str]:
+        found = {}
+        for uri in storage.files(f"{self.layout.meta}/manifests", suffix=".json"):
+            name = uri.rsplit("/", 1)[-1]
+            if name.startswith("batch_id=") and name[len("batch_id="):-len(".json")].isdigit():
+                found[int(name[len("batch_id="):-len(".json")])] = uri
+        return found
+
     def is_published(self, output_id: int, attempt: str) -> bool:
         uri = self.layout.manifest(output_id)
         return storage.exists(uri) and Manifest.load(uri).attempt == attempt

@@ -8,6 +8,7 @@ never shows in it.
     <root>/_offsetbatch/plans/batch_id=N.json                               job spec of batch N
     <root>/_offsetbatch/staging/batch_id=N/attempt=A/{data,rejected,_manifest.json}   one attempt's output
     <root>/_offsetbatch/trash/                                              replaced output, deleted after publishing
+    <root>/_offsetbatch/owner.json                                          which ledger and pipeline own the output
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ class StagingLayout:
 
     def staging_manifest(self, batch_id: int, attempt: str) -> str:
         return f"{self.attempt(batch_id, attempt)}/_manifest.json"
+
+    def job_error(self, batch_id: int, attempt: str) -> str:
+        """Where a failing job leaves its last error for the task's failure line."""
+        return f"{self.attempt(batch_id, attempt)}/_error.json"
+
+    @property
+    def owner(self) -> str:
+        return f"{self.meta}/owner.json"
 
     def trash(self, name: str) -> str:
         return f"{self.meta}/trash/{name}"

@@ -68,7 +68,7 @@ def _config(work: Path, topics: list[str], ledger_url: str, bootstrap_conn: str)
 def measure(bootstrap: str, partitions: int, backend: str, ledger_url: str, work: Path, conn_id: str) -> Cost:
     topics = ensure_topics(bootstrap, partitions)
     cfg = _config(work, topics, ledger_url, conn_id)
-    ledger = Ledger(ledger_url)
+    ledger = Ledger(ledger_url, create=True)
     try:
         with KafkaSource(bootstrap) as kafka:
             run = RunInfo("bench", f"first-{uuid.uuid4().hex[:6]}")

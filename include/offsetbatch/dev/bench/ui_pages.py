@@ -47,7 +47,7 @@ def _lo(i: int) -> int:
 
 def fill(url: str, pipeline: str, n: int, table: str) -> None:
     """``n`` committed hourly batches of ``PARTITIONS`` ranges each, the frontier after them, and a gap every 1,000 batches."""
-    Ledger(url).dispose()  # schema, migrated
+    Ledger(url, create=True).dispose()  # schema, migrated
     engine = sa.create_engine(url)
     dag_id = f"offsetbatch_{pipeline}"
     with engine.begin() as conn:

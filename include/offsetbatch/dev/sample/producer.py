@@ -2,13 +2,18 @@
 spread over simulated hours, and a chosen fraction of malformed records (bad JSON or schema
 mismatches) so the rejected path is exercised too.
 
-    python -m offsetbatch.dev.sample.producer --topic events --records 20000 --hours 3
+    python -m offsetbatch.dev.sample.producer --records 20000 --hours 3
+
+Defaults fit the sample pipeline (include/pipelines/sample_events.yaml) on the local broker: topic
+``sample-events``, bootstrap ``127.0.0.1:$KAFKA_PORT`` (9092 unless ``scripts/env.sh`` was given
+another port).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 from dataclasses import dataclass, field
@@ -126,8 +131,9 @@ def produce(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--bootstrap", default="127.0.0.1:9092")
-    p.add_argument("--topic", default="events")
+    p.add_argument("--bootstrap", default=f"127.0.0.1:{os.environ.get('KAFKA_PORT') or 9092}",
+                   help="Kafka bootstrap servers (default: the local broker on $KAFKA_PORT, else 9092)")
+    p.add_argument("--topic", default="sample-events", help="default: the sample pipeline's topic")
     p.add_argument("--records", type=int, default=20_000)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--hours", type=int, default=3)

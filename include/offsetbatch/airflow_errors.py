@@ -1,0 +1,43 @@
+"""Which offsetbatch errors no task retry can fix, and how a task tells Airflow so.
+
+A refused trigger value, a bad config or a ledger that belongs to another table fails the same way
+on every attempt: retrying it only delays the failure (2 retries 30 s apart by default) and buries
+the message under retry logs. Such errors are re-raised as Airflow's ``AirflowFailException``
+(``airflow.sdk.exceptions`` in Airflow 3; ``airflow.exceptions`` only re-exports it with a
+deprecation warning), which fails the task at once, with the same message. Errors a retry can fix
+(Kafka or the ledger unreachable, a lock held by another run, a crashed Spark job) keep their
+retries.
+
+    with fail_without_retry():
+        return plan_step(...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from offsetbatch.errors import ConfigError, PipelineError
+from offsetbatch.ledger.errors import LedgerMissingError, OwnershipError
+
+# PipelineError: RunRequestError, BackfillRefusedError, DataLossError, PartitionVanishedError,
+# TopicNotFoundError: a run refused before anything changed, the same on every attempt.
+PERMANENT: tuple[type[Exception], ...] = (PipelineError, ConfigError, OwnershipError, LedgerMissingError)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether ``exc`` fails every attempt alike, so a retry would only delay the failure."""
+    return isinstance(exc, PERMANENT)
+
+
+@contextmanager
+def fail_without_retry() -> Iterator[None]:
+    """Re-raise a permanent offsetbatch error as ``AirflowFailException`` with the same message (the
+    original chained as its cause, so the log shows its type and traceback), so Airflow fails the
+    task now instead of retrying it."""
+    try:
+        yield
+    except PERMANENT as exc:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(exc)) from exc

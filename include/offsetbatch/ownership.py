@@ -1,0 +1,56 @@
+"""The ledger and the table know each other (docs/architecture.md, *Ownership*).
+
+A ledger has an identity, made once when it is created; a sink's output records which ledger and
+pipeline own it (``Sink.claim``, on first publish). Before planning, committing and reporting,
+``check`` refuses when they disagree, or when the ledger has no record of batches the table
+holds. Without this, a lost, replaced or mistyped ledger (a typo in the connection, a move from
+SQLite to PostgreSQL without copying the ledger) starts again at offset 0 and writes every record
+a second time next to the first.
+"""
+
+from __future__ import annotations
+
+from offsetbatch.ledger import Ledger, OwnershipError
+from offsetbatch.sinks import Sink
+
+FIX = ("Either point the pipeline at the ledger that owns the table (ledger.url or the ledger's Airflow "
+       "connection), or, if that ledger is lost, rebuild it from the table: 'offsetbatch ledger rebuild {pipeline}' "
+       "(a dry run; add --apply).")
+
+
+def creates_ledger(sink: Sink) -> bool:
+    """A run may create a missing ledger only for an output nobody published to or claimed yet."""
+    return sink.owner() is None and not sink.published_ids()
+
+
+def check(pipeline: str, ledger: Ledger, sink: Sink) -> None:
+    """Refuse (``OwnershipError``, nothing changed) unless ``ledger`` owns ``sink``'s output."""
+    where = f"pipeline {pipeline}: the table at {sink.settings.path}"
+    owner = sink.owner()
+    if owner is not None:
+        if owner.get("ledger_id") != ledger.identity or owner.get("pipeline") != pipeline:
+            raise OwnershipError(
+                f"{where} belongs to ledger {owner.get('ledger_id')} (pipeline {owner.get('pipeline')}), but this run "
+                f"uses ledger {ledger.identity} at {_shown(ledger)} (pipeline {pipeline}). Nothing was changed. "
+                + FIX.format(pipeline=pipeline))
+        return
+    published = sink.published_ids()
+    if not published:
+        return
+    known = ledger.committed_ids(pipeline)
+    unknown = [i for i in published if i not in known]
+    if unknown:
+        what = "has no record of this pipeline" if not known else f"does not know batch(es) {_ids(unknown)}"
+        raise OwnershipError(
+            f"{where} holds {len(published)} published batch(es) ({_ids(published)}), but ledger {ledger.identity} "
+            f"at {_shown(ledger)} {what}. Nothing was changed: planning from this ledger would re-read what the "
+            f"table already holds. " + FIX.format(pipeline=pipeline))
+
+
+def _ids(ids: list[int], limit: int = 6) -> str:
+    shown = ", ".join(str(i) for i in ids[:limit])
+    return shown + (f", … ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def _shown(ledger: Ledger) -> str:
+    return ledger.engine.url.render_as_string(hide_password=True)

@@ -1,0 +1,199 @@
+"""Checks of the parts of a pipeline config that are code: the value schema (Spark DDL), the
+transform (Spark SQL or a Python callable) and the Airflow schedule (cron).
+
+They run when the config is loaded (``offsetbatch.config`` validators), so a typo fails at DAG
+parse, naming the file and the field, instead of after a batch was planned and Spark had read
+Kafka. Each function is pure apart from importing a Python transform, and raises ``ValueError``
+with a message saying what is wrong and what to write instead; ``config`` adds the file and the
+field. The Spark job still analyzes the transform against the real columns before it reads
+anything (``jobs/offsetbatch_job.py``), which catches what a parser cannot (unknown columns).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+DIALECT = "spark"
+VIEW = "records"  # the view the job registers the parsed records as (jobs/offsetbatch_job.py, transform)
+_DDL_PREFIX = "CREATE TABLE t ("  # a DDL column list parses as the column list of this statement
+_TYPES_HINT = "e.g. 'id STRING, n INT, amount DECIMAL(10,2), tags ARRAY<STRING>, at TIMESTAMP'"
+
+
+def _parse_error(exc: Exception, what: str, col_shift: int = 0, hint: str = "") -> ValueError:
+    """sqlglot's error as one line with line and column (without its terminal colour codes)."""
+    errors = getattr(exc, "errors", None)
+    if not errors:  # a TokenError: sqlglot names no position, only the text up to the bad token
+        return ValueError(f"not valid {what}: {str(exc).splitlines()[0]} (an unclosed quote, backtick or comment?)"
+                          + (f"; {hint}" if hint else ""))
+    err = errors[0]
+    line, col, near = err.get("line"), err.get("col"), err.get("highlight") or ""
+    if col and near and "\n" not in near:
+        col = col - len(near) + 1  # sqlglot reports where the offending token ends; users look for its start
+    if line == 1 and col:
+        col = max(1, col - col_shift)
+    where = f" at line {line}, column {col}" if line and col else ""
+    description = re.sub(r"<class '[\w.]+\.(\w+)'>", lambda m: m.group(1).upper(), str(err.get("description", exc)))
+    return ValueError(f"not valid {what}: {description}{where}" + (f", near {near!r}" if near else "")
+                      + (f"; {hint}" if hint else ""))
+
+
+class _NoCommandFallbackWarning(logging.Filter):
+    """sqlglot logs "... Falling back to parsing as a 'Command'" (quoting our wrapped DDL) before it
+    raises; the ``ValueError`` says it better, so keep that line out of DAG import logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Falling back to parsing as a 'Command'" not in record.getMessage()
+
+
+def _parse(sql: str, what: str, col_shift: int = 0, hint: str = "") -> list["exp.Expression | None"]:
+    """Parse with the Spark dialect, turning sqlglot's errors into one readable ``ValueError``."""
+    import sqlglot
+    from sqlglot.errors import ErrorLevel, SqlglotError
+
+    quiet = _NoCommandFallbackWarning()
+    logging.getLogger("sqlglot").addFilter(quiet)
+    try:
+        return sqlglot.parse(sql, read=DIALECT, error_level=ErrorLevel.RAISE)
+    except SqlglotError as exc:
+        raise _parse_error(exc, what, col_shift, hint) from None
+    finally:
+        logging.getLogger("sqlglot").removeFilter(quiet)
+
+
+def check_transform_sql(sql: str) -> str:
+    """Raise ``ValueError`` unless ``sql`` is one Spark SQL query that reads the view ``records``.
+
+    Only syntax is checked here (sqlglot's Spark dialect); column names are checked by the job's
+    analysis on an empty frame before it reads Kafka. Returns a one-line description."""
+    from sqlglot import exp
+
+    if not sql.strip():
+        raise ValueError("is empty; write a query such as 'SELECT * FROM records', or remove 'sql' to keep the "
+                         "parsed records unchanged")
+    statements = [s for s in _parse(sql, "Spark SQL", hint=f"write one query over the view '{VIEW}'") if s is not None]
+    if len(statements) != 1:
+        raise ValueError(f"must be exactly one query (SELECT ... FROM {VIEW}), found {len(statements)} statements")
+    query = statements[0]
+    if not isinstance(query, exp.Query):
+        raise ValueError(f"must be a query (SELECT ... FROM {VIEW}), got {query.key.upper()} "
+                         f"{query.sql(dialect=DIALECT)[:60]!r}")
+    if not any(t.name.lower() == VIEW for t in query.find_all(exp.Table)):
+        raise ValueError(f"does not read the view '{VIEW}' (the parsed Kafka records): write "
+                         f"'SELECT ... FROM {VIEW} ...'")
+    return f"a Spark SQL query over '{VIEW}'"
+
+
+def check_schema_ddl(ddl: str, reserved: Iterable[str] = ()) -> list[str]:
+    """Raise ``ValueError`` unless ``ddl`` is a Spark column list ('name TYPE, ...'), parsed as the
+    columns of ``CREATE TABLE t (<ddl>)``. ``reserved`` names the columns the job adds itself
+    (Kafka metadata, ``value``, ``_error``): a field with such a name would shadow or silently
+    replace one of them. Returns the field names."""
+    from sqlglot import exp
+
+    if not ddl.strip():
+        raise ValueError(f"is empty; give Spark column definitions, {_TYPES_HINT}")
+    hint = f"write 'name TYPE, ...' with Spark types, {_TYPES_HINT}; quote names that are SQL keywords with backticks"
+    _one_column_list(ddl, hint)
+    # The newline keeps a trailing '-- comment' in the DDL from swallowing the closing parenthesis.
+    statements = [s for s in _parse(f"{_DDL_PREFIX}{ddl}\n)", "Spark DDL", len(_DDL_PREFIX), hint) if s is not None]
+    create = statements[0] if len(statements) == 1 else None
+    if (not isinstance(create, exp.Create) or not isinstance(create.this, exp.Schema)
+            or create.args.get("expression") is not None):
+        raise ValueError(f"is not a list of column definitions, {_TYPES_HINT}")
+    names: list[str] = []
+    for column in create.this.expressions:
+        if not isinstance(column, exp.ColumnDef) or column.args.get("kind") is None:
+            raise ValueError(f"column {column.sql(dialect=DIALECT)!r} has no type, {_TYPES_HINT}")
+        names.append(column.name)
+    if not names:
+        raise ValueError(f"declares no columns, {_TYPES_HINT}")
+    _no_duplicates(names, reserved)
+    return names
+
+
+def _one_column_list(ddl: str, hint: str) -> None:
+    """The DDL is parsed inside ``CREATE TABLE t (...)``: refuse what would escape those
+    parentheses or end the statement, and empty definitions (',,', a trailing ','), which
+    sqlglot tolerates but Spark does not."""
+    from sqlglot.dialects.spark import Spark
+    from sqlglot.errors import SqlglotError
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = Spark().tokenize(ddl)
+    except SqlglotError as exc:
+        raise _parse_error(exc, "Spark DDL", hint=hint) from None
+    if not tokens:
+        raise ValueError(f"declares no columns, {_TYPES_HINT}")
+    depth, previous = 0, TokenType.COMMA  # as if a comma came first: a leading ',' is an empty definition
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            raise ValueError(f"must be one column list without ';' (line {tok.line}, column {tok.col})")
+        depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(tok.token_type, 0)
+        if depth < 0:
+            raise ValueError(f"has an unmatched ')' at line {tok.line}, column {tok.col}")
+        if tok.token_type == TokenType.COMMA and previous == TokenType.COMMA:
+            raise ValueError(f"has an empty column definition (',,' or a leading ',') at line {tok.line}, "
+                             f"column {tok.col}")
+        previous = tok.token_type
+    if previous == TokenType.COMMA:
+        raise ValueError("ends with ','; remove it or add the missing column definition")
+
+
+def _no_duplicates(names: list[str], reserved: Iterable[str]) -> None:
+    """Spark resolves names case-insensitively: two fields (or a field and a column the job adds)
+    that differ only in case are the same column, and one of them would be lost."""
+    seen: dict[str, str] = {r.lower(): r for r in reserved}
+    taken_by_job = set(seen)
+    for name in names:
+        key = name.lower()
+        if key in taken_by_job:
+            raise ValueError(f"field '{name}' clashes with the column '{seen[key]}' the job adds to every record; "
+                             f"rename it in the schema (the transform can alias it back)")
+        if key in seen:
+            raise ValueError(f"field '{name}' is declared twice (names are case-insensitive in Spark)")
+        seen[key] = name
+
+
+def check_python_callable(path: str) -> Callable:
+    """Raise ``ValueError`` unless ``path`` ('module.function') imports and names a callable, so a
+    typo fails at DAG parse rather than in the Spark job. Returns the callable."""
+    module_name, _, attr = path.rpartition(".")
+    if not module_name or not attr:
+        raise ValueError(f"must be a dotted path 'module.function', got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - a module can raise anything at import; the user needs the text
+        raise ValueError(f"cannot import module {module_name!r} ({type(exc).__name__}: {exc}); install it or put "
+                         f"it on the PYTHONPATH of Airflow and of the Spark job, or fix the path") from None
+    if not hasattr(module, attr):
+        raise ValueError(f"module {module_name!r} ({getattr(module, '__file__', None) or 'no file'}) has no "
+                         f"attribute {attr!r}; fix the function name")
+    fn = getattr(module, attr)
+    if not callable(fn):
+        raise ValueError(f"{path!r} is a {type(fn).__name__}, not a function taking and returning a DataFrame")
+    return fn
+
+
+def check_cron(expression: str) -> str:
+    """Raise ``ValueError`` unless ``expression`` is a 5-field cron expression or a croniter preset
+    ('@hourly'), the forms both Airflow's ``CronDataIntervalTimetable`` and the plan task's
+    interval arithmetic (``run_request.run_interval``) read the same way. Returns it."""
+    from croniter import croniter
+
+    hint = "give 5 fields 'minute hour day-of-month month day-of-week', e.g. '0 * * * *' (hourly), or '@hourly'"
+    try:
+        croniter(expression)
+    except (ValueError, KeyError, TypeError) as exc:  # CroniterError is a ValueError
+        raise ValueError(f"{expression!r} is not a cron expression ({exc}); {hint}") from None
+    fields = expression.split()
+    if not expression.startswith("@") and len(fields) != 5:
+        raise ValueError(f"{expression!r} has {len(fields)} fields (seconds or years are not supported); {hint}")
+    return expression

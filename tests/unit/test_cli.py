@@ -1,0 +1,227 @@
+"""The ``offsetbatch`` CLI in-process (``cli.main``) over a temporary pipelines folder and a real
+SQLite ledger, with a stand-in for Kafka: one-line errors and their exit codes, positive limits,
+reads that never create a ledger, the audit log (``events``) and the data lost in the last 24 h."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from offsetbatch import cli
+from offsetbatch.kafka_source import PartitionOffsets
+from offsetbatch.ledger import Ledger
+from offsetbatch.ledger.schema import gaps
+from offsetbatch.model import Gap, OffsetRange, TopicPartition
+from offsetbatch.reset import apply_reset, plan_reset
+from offsetbatch.run_request import ResetTarget
+
+P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+class FakeKafka:
+    """Log end 1000 on both partitions; no timestamps (lag in time unknown)."""
+
+    bootstrap = "fake:9092"
+
+    def partitions(self, topics=None, pattern=None):
+        return {P0, P1}
+
+    def offsets(self, tps, cut_timestamp_ms=None):
+        return {tp: PartitionOffsets(0, 1000) for tp in tps}
+
+    def offsets_for_time(self, tps, ms):
+        return {tp: 0 for tp in tps}
+
+    def timestamps_at(self, offsets):
+        return {}
+
+    def close(self):
+        pass
+
+
+def _folder(tmp_path: Path, ledger_url: str | None = None, conn_id: str | None = None) -> Path:
+    folder = tmp_path / "pipelines"
+    folder.mkdir(exist_ok=True)
+    ledger = f'{{url: "{ledger_url}"}}' if ledger_url else f"{{conn_id: {conn_id}}}"
+    (folder / "orders.yaml").write_text(f"name: orders\nkafka: {{topics: [t]}}\nsink: {{path: {tmp_path}/table}}\n"
+                                        f"ledger: {ledger}\n")
+    return folder
+
+
+@pytest.fixture
+def pipeline(tmp_path):
+    """Folder and ledger of ``orders``: batches 1-2 committed, a forward reset by ``cli:tester``
+    (reason "unit"), a retention gap skipped, batch 3 planned; one older gap from two days ago."""
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    with Ledger(url, create=True) as led:
+        with led.lock("orders") as conn:
+            led.start_partitions(conn, "orders", {P0: 0, P1: 0}, "earliest")
+        for planned in ([OffsetRange("t", 0, 0, 100, 0), OffsetRange("t", 1, 0, 50, 0)],
+                        [OffsetRange("t", 0, 100, 200, 100)]):
+            with led.lock("orders") as conn:
+                b = led.insert_batch(conn, "orders", "incremental", planned, dag_id="offsetbatch_orders",
+                                     run_id="scheduled__x", interval=(None, None), output_path=f"{tmp_path}/table")
+                led.commit_batch(conn, b, {"rows_in": 1, "rows_out": 1}, {})
+        with led.lock("orders") as conn:
+            old = Gap("t", 1, 0, 7, reason="retention")
+            led.record_gap(conn, "orders", old)
+            conn.execute(gaps.update().where(gaps.c.until_offset == 7)
+                         .values(detected_at=datetime.now(timezone.utc) - timedelta(days=2)))
+        with led.lock("orders") as conn:
+            plan = plan_reset(_cfg(), led, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 300}), False)
+            apply_reset(led, conn, plan, actor="cli:tester", reason="unit")
+        with led.lock("orders") as conn:
+            led.skip_gap(conn, "orders", Gap("t", 1, 50, 60, reason="retention"))
+        with led.lock("orders") as conn:
+            led.insert_batch(conn, "orders", "incremental", [OffsetRange("t", 0, 300, 400, 300)],
+                             dag_id="offsetbatch_orders", run_id="scheduled__y", interval=(None, None),
+                             output_path=f"{tmp_path}/table")
+    return _folder(tmp_path, url), url
+
+
+def _cfg():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name="orders", kafka=SimpleNamespace(topics=["t"], pattern=None))
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_missing_or_empty_pipelines_folder_is_a_usage_error(tmp_path, capsys):
+    code, out, err = _run(capsys, "--pipelines", str(tmp_path / "nope"), "status")
+    assert code == cli.EXIT_USAGE and out == ""
+    assert f"pipelines folder {tmp_path / 'nope'} does not exist" in _one_error_line(err)
+    code, out, err = _run(capsys, "--pipelines", str(tmp_path), "--json", "status")
+    assert code == cli.EXIT_USAGE and out == ""
+    assert "holds no pipeline" in _one_error_line(err)
+
+
+@pytest.mark.parametrize("argv", [("batches", "orders", "--limit", "-5"), ("batches", "orders", "--limit", "0"),
+                                  ("events", "orders", "--limit", "ten"), ("status", "--batches", "0")])
+def test_limits_must_be_positive(tmp_path, capsys, argv):
+    code, out, err = _run(capsys, "--pipelines", str(_folder(tmp_path, f"sqlite:///{tmp_path}/l.db")), *argv)
+    assert code == cli.EXIT_USAGE and out == ""
+    assert "must be a positive integer" in err
+
+
+@pytest.mark.parametrize("argv", [("status",), ("batches", "orders"), ("batch", "orders", "1"), ("events", "orders")])
+def test_a_missing_ledger_is_one_line_exit_1_and_is_not_created(tmp_path, capsys, argv):
+    db = tmp_path / "missing.db"
+    code, out, err = _run(capsys, "--pipelines", str(_folder(tmp_path, f"sqlite:///{db}")), "--json", *argv)
+    assert code == cli.EXIT_UNREACHABLE and out == ""
+    line = _one_error_line(err)
+    assert "pipeline orders: no offsetbatch ledger at" in line and str(db) in line
+    assert not db.exists()
+
+
+def test_a_damaged_ledger_is_one_line_naming_its_url(pipeline, capsys):
+    folder, url = pipeline
+    path = Path(sa.make_url(url).database)
+    data = bytearray(path.read_bytes())
+    data[4096:] = b"A" * (len(data) - 4096)  # header intact, every table page overwritten
+    path.write_bytes(bytes(data))
+    for side in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+        side.unlink(missing_ok=True)
+    code, out, err = _run(capsys, "--pipelines", str(folder), "batches", "orders")
+    assert code == cli.EXIT_UNREACHABLE and out == ""
+    line = _one_error_line(err)
+    assert f"pipeline orders: cannot read the ledger at {url}" in line and "malformed" in line
+
+    path.write_bytes(b"not a database " * 100)  # not even a header
+    code, out, err = _run(capsys, "--pipelines", str(folder), "events", "orders")
+    assert code == cli.EXIT_UNREACHABLE and str(path) in _one_error_line(err)
+
+
+def test_an_unreachable_ledger_server_is_one_line_without_its_password(tmp_path, capsys):
+    folder = _folder(tmp_path, "postgresql+psycopg2://ob:s3cret@127.0.0.1:1/ledger")
+    code, out, err = _run(capsys, "--pipelines", str(folder), "batches", "orders")
+    assert code == cli.EXIT_UNREACHABLE and out == ""
+    line = _one_error_line(err)
+    assert "pipeline orders: cannot reach the ledger at postgresql+psycopg2://ob:***@127.0.0.1:1/ledger" in line
+    assert "s3cret" not in err
+
+
+def test_an_undefined_ledger_connection_is_a_config_error(tmp_path, capsys):
+    code, _, err = _run(capsys, "--pipelines", str(_folder(tmp_path, conn_id="no_such_ledger_conn")), "batches", "orders")
+    assert code == cli.EXIT_USAGE
+    assert "pipeline orders: cannot resolve its ledger (ledger.conn_id 'no_such_ledger_conn')" in _one_error_line(err)
+
+
+def test_reads_never_ask_for_a_new_ledger(pipeline, capsys, monkeypatch):
+    asked = []
+    real = Ledger.__init__
+
+    def spy(self, url, create=False):
+        asked.append(create)
+        real(self, url, create)
+
+    monkeypatch.setattr(Ledger, "__init__", spy)
+    monkeypatch.setattr(cli, "bootstrap_from_connection", lambda conn_id: "fake:9092")
+    monkeypatch.setattr(cli, "KafkaSource", lambda bootstrap: FakeKafka())
+    folder, _ = pipeline
+    for argv in (("status",), ("batches", "orders"), ("batch", "orders", "1"), ("events", "orders")):
+        assert _run(capsys, "--pipelines", str(folder), "--json", *argv)[0] == cli.EXIT_OK, argv
+    assert asked == [False] * 4
+
+
+def test_events_show_when_who_and_why(pipeline, capsys):
+    folder, _ = pipeline
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "events", "orders")
+    assert code == cli.EXIT_OK, err
+    events = json.loads(out)
+    assert [e["kind"] for e in events] == ["data_loss_skipped", "frontier_reset", "partition_started",
+                                           "partition_started"]  # routine batch events left out
+    skipped, reset = events[0], events[1]
+    assert (reset["actor"], reset["reason"]) == ("cli:tester", "unit")
+    assert datetime.fromisoformat(reset["at"]) > datetime.now(timezone.utc) - timedelta(minutes=5)
+    assert reset["summary"] == "reset to offsets t/0@300: t/0 200→300"
+    assert reset["detail"]["moves"][0]["to"] == 300
+    assert skipped["summary"].startswith("t/1 [50, 60): 10 records deleted by retention")
+
+    code, out, _ = _run(capsys, "--pipelines", str(folder), "--json", "events", "orders", "--all", "--limit", "3")
+    assert [e["kind"] for e in json.loads(out)] == ["batch_planned", "data_loss_skipped", "frontier_reset"]
+
+    code, out, _ = _run(capsys, "--pipelines", str(folder), "events", "orders")
+    assert code == cli.EXIT_OK
+    assert "frontier_reset" in out and "cli:tester" in out and "unit" in out and "t/0 200→300" in out
+
+
+def test_status_shows_data_lost_in_the_last_24_hours(pipeline, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "bootstrap_from_connection", lambda conn_id: "fake:9092")
+    monkeypatch.setattr(cli, "KafkaSource", lambda bootstrap: FakeKafka())
+    folder, _ = pipeline
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status")
+    assert code == cli.EXIT_OK, err
+    [st] = json.loads(out)
+    # the reset skipped t/0 [200, 300) and retention t/1 [50, 60); the gap of two days ago is not counted
+    assert (st["gaps_24h"], st["records_lost_24h"]) == (2, 110)
+    assert st["lag_records"] == (1000 - 300) + (1000 - 60)
+
+    code, out, _ = _run(capsys, "--pipelines", str(folder), "status", "orders")
+    assert code == cli.EXIT_OK
+    assert "data lost in the last 24 h: 110 records in 2 gap(s)" in " ".join(out.split())
+
+
+def test_the_ui_looks_for_audit_events_among_the_newest_events_only(pipeline):
+    from offsetbatch.ledger import queries
+
+    _, url = pipeline
+    with Ledger(url) as led:  # newest events: batch_planned(3), data_loss_skipped, frontier_reset, ...
+        assert [e["kind"] for e in queries.event_rows(led, "orders", 20, window=3)] == ["data_loss_skipped",
+                                                                                       "frontier_reset"]
+        assert [e["kind"] for e in queries.event_rows(led, "orders", 20, window=2)] == ["data_loss_skipped"]
+        assert len(queries.event_rows(led, "orders", 20, window=1000)) == 4
