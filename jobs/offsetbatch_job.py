@@ -31,6 +31,7 @@ from offsetbatch import faults, storage
 from offsetbatch.errors import ConfigError, OffsetbatchError
 from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.jobspec import JobSpec, Manifest, RangeReport
+from offsetbatch.kafka_connection import SECRETS_ARG, read_secrets_file
 from offsetbatch.sinks import sink_for
 
 log = logging.getLogger("offsetbatch.job")
@@ -43,7 +44,24 @@ class OffsetOutOfPlanError(OffsetbatchError):
 KAFKA_TIMEOUT_MS = 20_000
 
 
-def read_ranges(spark: SparkSession, spec: JobSpec) -> DataFrame:
+def kafka_client_options(spec: JobSpec, secrets: dict[str, str]) -> dict[str, str]:
+    """The connection's ``kafka.*`` options: the spec's (non-secret) and the secrets file's."""
+    options = {**spec.kafka_options, **secrets}
+    protocol = options.get("kafka.security.protocol", "PLAINTEXT")
+    if "kafka.sasl.jaas.config" in secrets and not protocol.startswith("SASL_"):
+        raise ConfigError(
+            f"pipeline {spec.pipeline} batch {spec.batch_id}: the job got SASL credentials but its spec says "
+            f"{protocol}: the Kafka connection changed after the batch was planned. Clear the run's plan task so "
+            f"that it writes the spec again with the connection's current settings.")
+    if protocol.startswith("SASL_") and "kafka.sasl.jaas.config" not in options:
+        raise ConfigError(
+            f"pipeline {spec.pipeline} batch {spec.batch_id}: the Kafka connection uses "
+            f"{options['kafka.security.protocol']} but the job got no credentials ({SECRETS_ARG} FILE, which the "
+            f"spark_job task passes). Run the batch through its DAG, not spark-submit by hand without the file.")
+    return options
+
+
+def read_ranges(spark: SparkSession, spec: JobSpec, secrets: dict[str, str] | None = None) -> DataFrame:
     """Exactly the planned ranges, at least one Spark task per Kafka partition and more for big ones."""
     assign: dict[str, list[int]] = {}
     starting: dict[str, dict[str, int]] = {}
@@ -56,6 +74,7 @@ def read_ranges(spark: SparkSession, spec: JobSpec) -> DataFrame:
     min_partitions = max(len(spec.ranges), math.ceil(total / spec.records_per_task))
     return (
         spark.read.format("kafka")
+        .options(**kafka_client_options(spec, secrets or {}))
         .option("kafka.bootstrap.servers", spec.bootstrap)
         .option("assign", json.dumps(assign))
         .option("startingOffsets", json.dumps(starting))
@@ -198,7 +217,7 @@ def _kill_when_writing(staging_data: str) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
+def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str] | None = None) -> Manifest:
     t0 = time.monotonic()
     sink = sink_for(spec.pipeline, spec.sink)
     fmt = FORMATS[spec.value_format]
@@ -210,7 +229,7 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str) -> Manifest:
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
              f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
 
-    parsed = fmt.parse(with_metadata(read_ranges(spark, spec)), spec).persist(StorageLevel.MEMORY_AND_DISK)
+    parsed = fmt.parse(with_metadata(read_ranges(spark, spec, secrets)), spec).persist(StorageLevel.MEMORY_AND_DISK)
     reports = check_offsets(spec, range_stats(parsed))
 
     good = parsed.where(F.col(ERROR).isNull()).drop(ERROR)
@@ -242,16 +261,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, action="append",
                         help="URI of a batch's job spec (JSON); repeat for the batches of a backfill run")
     parser.add_argument("--attempt", required=True, help="this attempt's id: its own staging folder")
+    parser.add_argument(SECRETS_ARG, metavar="FILE", help="JSON file (mode 0600) with the Kafka connection's secret "
+                        "kafka.* options; the spark_job task writes it and removes it after the run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     specs = [JobSpec.load(uri) for uri in args.spec]
+    secrets = read_secrets_file(args.kafka_secrets) if args.kafka_secrets else {}
+    if args.kafka_secrets:  # read once; nothing needs it on disk any longer (the task removes its folder too)
+        os.unlink(args.kafka_secrets)
     ids = "-".join(str(s.batch_id) for s in specs)
     spark = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # Spark redacts data source options whose name or value matches this in plans, the UI and
+    # event logs; its default ("url") misses the SASL login and an inline client key.
+    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
     try:
         for spec in specs:  # one Spark session, one batch after another
             try:
-                run(spark, spec, args.attempt)
+                run(spark, spec, args.attempt, secrets)
             except Exception as exc:
                 _leave_error(spec, args.attempt, exc)
                 raise

@@ -1,6 +1,6 @@
 """Shared fixtures: a real Kafka broker and a real PostgreSQL cluster for the whole test session.
 
-Both run on non-default loopback ports with their state under ``.local/tests/`` (PostgreSQL runs
+Both run on non-default loopback ports with their state under ``.local/tests/<worker>/`` (PostgreSQL runs
 as the ``postgres`` user, which cannot enter pytest's root-only temp folders), so the suite never
 disturbs a stack started by the README's demo command.
 """
@@ -8,17 +8,20 @@ disturbs a stack started by the README's demo command.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 
 import pytest
+from harness import worker_port
 
 from offsetbatch.dev.stack.kafka_broker import KafkaBroker
 from offsetbatch.dev.stack.postgres import PostgresCluster
 from offsetbatch.paths import PROJECT_ROOT
 
-TEST_STATE = PROJECT_ROOT / ".local" / "tests"
-TEST_KAFKA_PORT = 19092
-TEST_PG_PORT = 55432
+# One state folder and one set of ports per pytest-xdist worker (gw0, gw1, ...; gw0 without xdist).
+TEST_STATE = PROJECT_ROOT / ".local" / "tests" / os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+TEST_KAFKA_PORT = worker_port(19092)
+TEST_PG_PORT = worker_port(55432)
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the stream
@@ -70,9 +73,11 @@ def spark():
 
 
 @pytest.fixture(scope="session")
-def airflow_env(test_state, kafka_broker):
+def airflow_env(test_state, kafka_broker, postgres):
     """Environment for real Airflow runs: a private Airflow home and DAG folder, connections
-    pointing at the test broker, ``local[*]`` Spark."""
+    pointing at the test broker, ``local[*]`` Spark. Airflow's metadata lives in the test
+    PostgreSQL, as in production: with SQLite, a running scheduler and API server and a CLI call
+    at once can fail with "database is locked"."""
     import json
     import os
     import subprocess
@@ -86,7 +91,7 @@ def airflow_env(test_state, kafka_broker):
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.create_database("airflow_tests"),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
         "OFFSETBATCH_HOME": str(test_state),
@@ -120,16 +125,32 @@ def make_pipeline(airflow_env, kafka_broker, test_state, request):
     yield make
     for p in made:
         p.ledger.dispose()
+        p.dag_file.unlink(missing_ok=True)  # every later DAG parse (scheduler, CLI) would read it again
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def airflow_services(airflow_env, test_state):
     """A real Airflow scheduler (LocalExecutor) and API server on loopback, for what only they do:
     ``airflow backfill create`` and triggered runs. Ready when the API server reports a healthy
-    scheduler heartbeat."""
+    scheduler heartbeat. Per module: left running, their loops would take CPU from every later test."""
     from harness import AirflowServices
 
-    services = AirflowServices(airflow_env, test_state / "airflow-services", port=18080)
+    services = AirflowServices(airflow_env, test_state / "airflow-services", port=worker_port(18080))
     services.start()
     yield services
     services.stop()
+
+
+TEST_KAFKA_SECURE_PORT = worker_port(19192)  # its controller listener takes the next port
+
+
+@pytest.fixture(scope="session")
+def secure_kafka_broker(test_state):
+    """A SASL_SSL (SCRAM-SHA-512) broker with ACLs on (issue 16): users ``admin`` (super user) and
+    ``pipeline`` (only what ``grant_pipeline`` gives it), a local CA in ``broker.ca_file``. One
+    broker serves the authentication and the authorization tests."""
+    broker = KafkaBroker(port=TEST_KAFKA_SECURE_PORT, home=test_state / "kafka-secure", security="sasl_ssl", acl=True)
+    broker.wipe()
+    broker.start()
+    yield broker
+    broker.stop()

@@ -40,7 +40,7 @@ from rich.table import Table
 from offsetbatch import ownership, report
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_all
 from offsetbatch.errors import ConfigError, OffsetbatchError, PipelineError
-from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.sinks import sink_for
 from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
 from offsetbatch.status import batch_dict, pipeline_status
@@ -185,7 +185,7 @@ def cmd_status(args, out: Console) -> int:
         with _ledger(cfg) as ledger:
             ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))  # a lost or mistyped ledger is refused
             try:
-                kafka = KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id))
+                kafka = KafkaSource.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level)
             except Exception as exc:  # noqa: BLE001 - show the ledger side anyway
                 kafka, err = None, f"{type(exc).__name__}: {exc}"
             else:
@@ -252,7 +252,7 @@ def cmd_events(args, out: Console) -> int:
 
 
 def cmd_reset(args, out: Console) -> int:
-    from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+    from offsetbatch.kafka_source import KafkaSource
     from offsetbatch.run_request import RunRequest, parse_reset_target
     from offsetbatch.reset import run_reset
 
@@ -260,7 +260,7 @@ def cmd_reset(args, out: Console) -> int:
     req = RunRequest("reset", reset_to=parse_reset_target(cfg.name, args.to), dry_run=not args.apply,
                      allow_rewind=args.allow_rewind, allow_data_loss=args.allow_data_loss, reason=args.reason,
                      actor=f"cli:{getpass.getuser()}")
-    with _ledger(cfg) as ledger, KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
+    with _ledger(cfg) as ledger, KafkaSource.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
         plan = run_reset(cfg, ledger, kafka, req)
     if args.json:
         print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
@@ -272,7 +272,7 @@ def cmd_reset(args, out: Console) -> int:
 
 
 def cmd_replay(args, out: Console) -> int:
-    from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+    from offsetbatch.kafka_source import KafkaSource
     from offsetbatch.replay import plan_window, replay_targets
     from offsetbatch.run_request import from_params
 
@@ -289,7 +289,7 @@ def cmd_replay(args, out: Console) -> int:
         if req.batch_ids:
             targets, history = replay_targets(cfg, ledger, conn, req.batch_ids), []
         else:
-            with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
+            with KafkaSource.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
                 targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
     command = ["airflow", "dags", "trigger", cfg.dag_id, "--conf", json.dumps(conf)]
     summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],

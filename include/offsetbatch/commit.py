@@ -10,6 +10,11 @@
 Publishing after the transaction means a reader of the output can never see the output of an
 uncommitted batch (invariant 5). A crash between 1 and 2 leaves a committed, unpublished batch;
 ``publish_pending`` rolls it forward, and every plan and commit calls it first.
+
+A sink in the ledger's own database (``Sink.publishes_in_ledger_transaction``: the postgres sink)
+publishes inside transaction 1 instead: batch row and frontier CAS, then the superseded batches'
+output removed, then the batch's rows loaded, then ``published_at``, one ``COMMIT``. Readers see the
+rows and the new frontier together or not at all, and there is nothing to roll forward.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+import sqlalchemy as sa
+
 from offsetbatch import faults, storage
 from offsetbatch.config import PipelineConfig
 from offsetbatch.errors import BatchStateError, ManifestError
@@ -25,7 +32,7 @@ from offsetbatch.jobspec import Manifest
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch, TopicPartition
-from offsetbatch.sinks import sink_for
+from offsetbatch.sinks import Sink, sink_for
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +85,10 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = N
     sink = sink_for(cfg.name, cfg.sink)
     with ledger.lock(cfg.name) as conn:
         for batch_id, output_id, attempt in ledger.unpublished(conn, cfg.name):
+            if sink.publishes_in_ledger_transaction:  # not normally reached: such a commit publishes itself
+                _publish_in_transaction(cfg, ledger, sink, conn, batch_id, output_id, attempt)
+                done.append(batch_id)
+                continue
             if sink.owner() is None:  # the first publish records which ledger owns the output
                 sink.claim(ledger.identity)
             sink.publish(batch_id, output_id, attempt)
@@ -92,6 +103,19 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = N
     return done
 
 
+def _publish_in_transaction(cfg: PipelineConfig, ledger: Ledger, sink: Sink, conn: sa.Connection, batch_id: int,
+                            output_id: int, attempt: str) -> None:
+    """Publish inside the ledger transaction ``conn``: superseded batches' output removed first
+    (the new batch re-read their records; a unique constraint would refuse them twice), then the
+    attempt's output loaded, then the batch marked published, all committed by the caller."""
+    for old in ledger.superseded_by(conn, cfg.name, batch_id):
+        sink.retire_in_transaction(conn, old)
+        log.info("pipeline %s batch %d: output of superseded batch %d removed; batch %d re-read its ranges",
+                 cfg.name, batch_id, old, batch_id)
+    sink.publish_in_transaction(conn, batch_id, output_id, attempt, ledger.identity)
+    ledger.mark_published(conn, cfg.name, batch_id)
+
+
 def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: str,
                  kafka: KafkaSource | None = None) -> CommitResult:
     """Commit the output of one finished Spark attempt of a batch. Idempotent: a committed batch is
@@ -103,6 +127,8 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     if batch.status == "committed":
         winner = batch.stats.get("committed_attempt")
         if winner == attempt:  # this task's own earlier try committed it (and published it above)
+            if sink.publishes_in_ledger_transaction:
+                sink.cleanup(batch_id)  # that try may have died between its COMMIT and the cleanup
             log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name, batch_id, attempt)
         else:
             sink.discard(batch_id, attempt)  # a redundant re-execution's output
@@ -127,12 +153,17 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     range_stats = {TopicPartition(r.topic, r.partition): {"rows": r.rows, "rejected": r.rejected} for r in manifest.ranges}
     with ledger.lock(cfg.name) as conn:
         ledger.commit_batch(conn, batch, {**stats, "commit_seconds": round(time.monotonic() - t0, 3)}, range_stats)
+        if sink.publishes_in_ledger_transaction:
+            _publish_in_transaction(cfg, ledger, sink, conn, batch_id, batch.output_id, attempt)
         faults.checkpoint("commit.in_transaction")
     log.info("pipeline %s batch %d (%s): committed%s: %s", cfg.name, batch_id, batch.kind,
              ", frontier advanced" if batch.moves_frontier else ", frontier untouched", batch.describe_ranges())
     faults.checkpoint("commit.after_transaction")
 
-    publish_pending(cfg, ledger, current=batch_id)
+    if sink.publishes_in_ledger_transaction:
+        sink.cleanup(batch_id)
+    else:
+        publish_pending(cfg, ledger, current=batch_id)
     log.info("pipeline %s batch %d: published to %s (%d rows, %d rejected)%s", cfg.name, batch_id,
              sink.describe(batch.output_id), manifest.rows_out, manifest.rows_rejected,
              f", replacing the output of batch {batch.target_batch_id}" if batch.target_batch_id else "")

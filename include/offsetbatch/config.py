@@ -21,7 +21,7 @@ from offsetbatch.errors import ConfigError
 from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.formats.json_value import CORRUPT as JSON_CORRUPT
 from offsetbatch.paths import PROJECT_ROOT
-from offsetbatch.sinks import SinkSettings, settings_for
+from offsetbatch.sinks import SINKS, SinkSettings, settings_for
 
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
@@ -157,6 +157,17 @@ class PipelineConfig(_Model):
     airflow: AirflowSettings = AirflowSettings()
     ledger: LedgerSettings = LedgerSettings()
     source_file: str | None = Field(None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sink_and_ledger(cls, data):
+        """A sink committed inside the ledger's transaction (postgres) must use the ledger's database:
+        its settings get the ledger's connection, or are refused when they name another one."""
+        if isinstance(data, dict) and isinstance(data.get("sink"), dict):
+            kind = data["sink"].get("type", "files")
+            if kind in SINKS:
+                data = {**data, "sink": SINKS[kind].Settings.bind_ledger(data["sink"], data.get("ledger") or {})}
+        return data
 
     @field_validator("sink", mode="before")
     @classmethod

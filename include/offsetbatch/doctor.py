@@ -56,18 +56,24 @@ def _airflow_conn(conn_id: str, conn_type: str) -> str:
         raise RuntimeError(f"connection {conn_id} has conn_type {conn.conn_type!r}, expected {conn_type!r}")
     if conn_type == "spark" and not conn.host:
         raise RuntimeError(f"connection {conn_id} has no host (master); an empty master means YARN")
-    return f"{conn.conn_type} {conn.host or conn.extra_dejson.get('bootstrap.servers', '')}"
+    if conn_type == "kafka":
+        from offsetbatch.kafka_connection import from_connection
+
+        return f"kafka {from_connection(conn_id).describe()}"  # every extra key checked, no secret shown
+    return f"{conn.conn_type} {conn.host}"
 
 
 def _kafka(cfg: PipelineConfig) -> str:
-    from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+    from offsetbatch.kafka_source import KafkaSource
 
-    with KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id)) as kafka:
-        found = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
+    with KafkaSource.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
+        found = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # DESCRIBE on the topics
         missing = sorted(set(cfg.kafka.topics or []) - {tp.topic for tp in found})
         if missing:
             raise RuntimeError(f"{kafka.bootstrap} is up but topic(s) {', '.join(missing)} do not exist")
-        return f"{kafka.bootstrap}: {len(found)} partition(s)"
+        kafka.check_access(found, cfg.group_id)  # READ on the topics, DESCRIBE and READ on the group
+        return (f"{kafka.client.describe()}: {len(found)} partition(s); may describe and read the topics and "
+                f"its group {cfg.group_id}")
 
 
 def _ledger(cfg: PipelineConfig) -> str:

@@ -70,3 +70,15 @@ class SinkError(OffsetbatchError):
 
 class ArtifactError(OffsetbatchError):
     """A Java artifact (Kafka broker, Spark connector) is not cached; the message says what to do."""
+
+
+class KafkaConnectionError(ConfigError):
+    """The Kafka connection's settings are wrong or incomplete (a key named): no retry fixes that."""
+
+
+class KafkaAuthError(ConfigError):
+    """The broker refused this client (credentials, certificate, protocol or ACLs): no retry fixes that."""
+
+
+class KafkaUnreachableError(OffsetbatchError):
+    """No Kafka broker answered: a retry may succeed once it is back."""

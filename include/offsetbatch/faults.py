@@ -6,26 +6,66 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
     commit.before_transaction the commit task dies after the job, before touching the ledger
     commit.in_transaction     the commit task dies inside its transaction (it rolls back)
     commit.after_transaction  the commit task dies after its transaction, before publishing the output
+    commit.before_copy        (postgres sink) inside the ledger transaction, after the batch row, the
+                              frontier CAS and the DELETE of the batch's old rows, before the COPY
+    commit.after_copy         (postgres sink) inside the ledger transaction, after the COPY, before COMMIT
+
+A point fails by raising ``InjectedFault`` (the process unwinds: transactions roll back cleanly).
+``point:kill`` instead SIGKILLs the process at that point, as the OOM killer or a lost node would:
+no ``finally``, no rollback sent, the database sees a connection drop. ``point:pause`` writes
+``<point>.paused`` into ``OFFSETBATCH_FAULTS_DIR`` and waits (up to 10 minutes) for
+``<point>.resume`` there, so a test can look at the database while a commit holds its transaction.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
+import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 ENV = "OFFSETBATCH_FAULTS"
+DIR_ENV = "OFFSETBATCH_FAULTS_DIR"
 
 
 class InjectedFault(RuntimeError):
     """Raised at a fault point named in OFFSETBATCH_FAULTS."""
 
 
+def _points() -> dict[str, str]:
+    """Point name -> action (``raise`` unless ``:kill`` or ``:pause`` follows the name)."""
+    points = {}
+    for item in os.environ.get(ENV, "").split(","):
+        name, _, action = item.strip().partition(":")
+        if name:
+            points[name] = action or "raise"
+    return points
+
+
 def active(point: str) -> bool:
-    return point in {p.strip() for p in os.environ.get(ENV, "").split(",") if p.strip()}
+    return point in _points()
 
 
 def checkpoint(point: str) -> None:
-    if active(point):
-        log.error("fault injection: failing at %s (%s is set)", point, ENV)
-        raise InjectedFault(f"injected fault at {point}")
+    action = _points().get(point)
+    if action is None:
+        return
+    if action == "kill":
+        log.error("fault injection: SIGKILL at %s (%s is set)", point, ENV)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "pause":
+        folder = Path(os.environ.get(DIR_ENV, "."))
+        (folder / f"{point}.paused").write_text(str(os.getpid()))
+        log.error("fault injection: paused at %s until %s exists", point, folder / f"{point}.resume")
+        deadline = time.monotonic() + 600
+        while not (folder / f"{point}.resume").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # waiting for the test's go-ahead, not for a result
+        return
+    log.error("fault injection: failing at %s (%s is set)", point, ENV)
+    raise InjectedFault(f"injected fault at {point}")

@@ -10,7 +10,8 @@ from offsetbatch import storage
 from offsetbatch.errors import ConfigError
 from offsetbatch.model import OffsetRange
 
-SPEC_VERSION = 2  # 2: ``batch_id`` and ``output_id`` apart, the sink's settings (was ``table``/``event_time_column``)
+SPEC_VERSION = 3  # 3: ``kafka_options``; 2: ``batch_id`` and ``output_id`` apart, the sink's settings
+READABLE_VERSIONS = (2, 3)  # a v2 spec is a v3 one without Kafka options (PLAINTEXT)
 
 
 @dataclass
@@ -28,6 +29,9 @@ class JobSpec:
     transform_python: str | None = None
     isolation_level: str = "read_uncommitted"
     records_per_task: int = 2_000_000
+    # Non-secret ``kafka.*`` options of Spark's Kafka source (``KafkaClientConfig.spark_options``);
+    # secrets reach the job in a private file, never here.
+    kafka_options: dict = field(default_factory=dict)
     version: int = SPEC_VERSION
 
     @property
@@ -40,9 +44,10 @@ class JobSpec:
     @classmethod
     def load(cls, uri: str) -> "JobSpec":
         raw = storage.read_json(uri)
-        if raw.get("version") != SPEC_VERSION:
-            raise ConfigError(f"job spec {uri} has version {raw.get('version')}, this job reads version {SPEC_VERSION}")
-        return cls(**raw)
+        if raw.get("version") not in READABLE_VERSIONS:
+            raise ConfigError(f"job spec {uri} has version {raw.get('version')}, this job reads versions "
+                              f"{', '.join(map(str, READABLE_VERSIONS))}")
+        return cls(**{**raw, "version": SPEC_VERSION})
 
 
 @dataclass

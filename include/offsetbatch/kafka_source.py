@@ -13,32 +13,21 @@ import re
 import time
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTP
 from kafka.admin import OffsetSpec, OffsetTimestamp
 from kafka.errors import KafkaError
 from kafka.protocol.consumer.offsets import IsolationLevel
 from kafka.structs import OffsetAndMetadata
 
+from offsetbatch.kafka_connection import KafkaClientConfig, from_connection, from_settings
+from offsetbatch.kafka_errors import KafkaAuthError, connect_admin, explain
 from offsetbatch.model import TopicPartition
 
 log = logging.getLogger(__name__)
+TOPIC_AUTHORIZATION_FAILED = 29  # Kafka protocol error code
 # kafka-python logs every connection at INFO; operators want one line per batch, not per socket.
 if not os.environ.get("OFFSETBATCH_KAFKA_DEBUG"):
     logging.getLogger("kafka").setLevel(logging.WARNING)
-
-
-def bootstrap_from_connection(conn_id: str) -> str:
-    """``bootstrap.servers`` of an Airflow Kafka connection (extra, else host:port)."""
-    from airflow.sdk import BaseHook
-
-    conn = BaseHook.get_connection(conn_id)
-    servers = conn.extra_dejson.get("bootstrap.servers")
-    if servers:
-        return servers
-    if conn.host:
-        return f"{conn.host}:{conn.port or 9092}"
-    raise ValueError(f"Kafka connection '{conn_id}' has neither extra 'bootstrap.servers' nor a host")
 
 
 @dataclass(frozen=True)
@@ -49,12 +38,21 @@ class PartitionOffsets:
 
 
 class KafkaSource:
-    """A short-lived admin connection to one cluster."""
+    """A short-lived admin connection to one cluster, with the settings of a Kafka connection
+    (``offsetbatch.kafka_connection``; a plain bootstrap string means PLAINTEXT, for dev tools).
+    Failing to connect raises ``KafkaUnreachableError`` (retriable) or ``KafkaAuthError`` (not),
+    naming the connection, the broker and the likely fix."""
 
-    def __init__(self, bootstrap: str, isolation_level: str = "read_uncommitted"):
-        self.bootstrap = bootstrap
+    def __init__(self, client: KafkaClientConfig | str, isolation_level: str = "read_uncommitted"):
+        self.client = client if isinstance(client, KafkaClientConfig) else from_settings(
+            "(bootstrap)", {"bootstrap.servers": client})
+        self.bootstrap = self.client.bootstrap
         self.isolation = IsolationLevel.READ_COMMITTED if isolation_level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
-        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="offsetbatch", request_timeout_ms=30_000)
+        self.admin = connect_admin(self.client)
+
+    @classmethod
+    def for_connection(cls, conn_id: str, isolation_level: str = "read_uncommitted") -> "KafkaSource":
+        return cls(from_connection(conn_id), isolation_level)
 
     def close(self) -> None:
         self.admin.close()
@@ -74,7 +72,14 @@ class KafkaSource:
         if not topics:
             return set()
         found: set[TopicPartition] = set()
-        for desc in self.admin.describe_topics(list(topics)):
+        descs = self.admin.describe_topics(list(topics))
+        denied = sorted(d["name"] for d in descs if d.get("error_code") == TOPIC_AUTHORIZATION_FAILED)
+        if denied:
+            raise KafkaAuthError(
+                f"Kafka {self.client.describe()}: the broker denied describing topic(s) {', '.join(denied)} "
+                f"(TOPIC_AUTHORIZATION_FAILED). The pipeline's user needs DESCRIBE and READ on its topics and READ "
+                f"on its consumer group; ask the cluster's admins for these ACLs. Nothing was changed.")
+        for desc in descs:
             if desc.get("error_code", 0) != 0:
                 continue  # unknown topic: the planner decides whether that is an error
             for p in desc["partitions"]:
@@ -112,8 +117,8 @@ class KafkaSource:
 
         if not positions:
             return {}
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
-                                 max_poll_records=500, client_id="offsetbatch-status")
+        consumer = KafkaConsumer(**{"client_id": "offsetbatch-status", **self.client.kafka_python()},
+                                 enable_auto_commit=False, group_id=None, max_poll_records=500)
         try:
             ktps = {KafkaTP(tp.topic, tp.partition): tp for tp in positions}
             consumer.assign(list(ktps))
@@ -130,6 +135,31 @@ class KafkaSource:
             return found
         finally:
             consumer.close()
+
+    def check_access(self, tps: set[TopicPartition], group_id: str) -> None:
+        """What a pipeline's user needs beyond DESCRIBE, checked without changing anything: READ on
+        its topics (the operations the broker says this user may do on them), the group's committed
+        offsets (DESCRIBE on the group) and, once it has some, the same offsets committed again
+        unchanged (READ on the group). Raises ``KafkaAuthError`` naming the ACL."""
+        from kafka import errors as kerr
+
+        topics = sorted({tp.topic for tp in tps})
+        if topics:
+            descs = self.admin.describe_topics(topics)
+            # None: the broker has no authorizer (everything allowed) or does not report operations
+            unreadable = sorted(d["name"] for d in descs
+                                if d.get("authorized_operations") is not None and "READ" not in d["authorized_operations"])
+            if unreadable:
+                raise KafkaAuthError(
+                    f"Kafka {self.client.describe()}: may describe but not read topic(s) {', '.join(unreadable)}. "
+                    f"The pipeline's user needs READ on its topics (the Spark job fetches them); ask the cluster's "
+                    f"admins for that ACL.")
+        try:
+            committed = self.group_offsets(group_id)
+            if committed:  # committing them unchanged needs READ on the group, as the commit task does
+                self.commit_group(group_id, committed)
+        except kerr.AuthorizationError as exc:
+            raise explain(exc, self.client, doing=f"read and commit consumer group {group_id} (READ ACL)") from exc
 
     def _retry(self, what: str, call, timeout_s: float = 30.0):
         """Retry retriable errors (the group coordinator is created on first use)."""

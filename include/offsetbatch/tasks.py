@@ -3,6 +3,7 @@
     plan_step          plan (or find) the run's batches and write their job specs; or carry out a reset
     spark_submission   what the spark_job task submits: the batches still to run, one attempt id, the
                        job's arguments; raises ``NothingToRun`` when there is none (the task skips)
+    spark_job_secrets  the Kafka secrets the job gets in a private file
     spark_redundant    after a failed spark-submit: whether other runs committed the batches meanwhile
     spark_failure      after a failed spark-submit that stands: one line saying what failed and what next
     commit_step        commit the run's batches from the finished attempt's manifests
@@ -23,8 +24,10 @@ from datetime import datetime
 from offsetbatch import faults, ownership, storage
 from offsetbatch.commit import commit_batch, publish_pending
 from offsetbatch.config import PipelineConfig
+from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError
 from offsetbatch.jobspec import JobSpec
-from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+from offsetbatch.kafka_connection import KafkaClientConfig, from_connection
+from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
 from offsetbatch.planner import RunInfo, plan_for_run
@@ -36,14 +39,16 @@ log = logging.getLogger(__name__)
 
 
 def _kafka(cfg: PipelineConfig) -> KafkaSource:
-    return KafkaSource(bootstrap_from_connection(cfg.kafka.conn_id), cfg.kafka.isolation_level)
+    return KafkaSource.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level)
 
 
-def write_spec(cfg: PipelineConfig, bootstrap: str, batch: Batch) -> str:
-    """The job spec of ``batch``; a replay stages under its own id and publishes under its target's."""
+def write_spec(cfg: PipelineConfig, client: KafkaClientConfig, batch: Batch) -> str:
+    """The job spec of ``batch``; a replay stages under its own id and publishes under its target's.
+    It holds the connection's non-secret Kafka options only (``spark_job_secrets`` has the rest)."""
     uri = sink_for(cfg.name, cfg.sink).staging.spec(batch.batch_id)
     JobSpec(
-        pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=bootstrap,
+        pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
+        kafka_options=client.spark_options(),
         ranges=[r.to_dict() for r in batch.ranges], sink=cfg.sink.model_dump(),
         value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl, required=list(cfg.value.required),
         transform_sql=cfg.transform.sql, transform_python=cfg.transform.python,
@@ -70,19 +75,20 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datet
     log.info("pipeline %s run %s: %s run, mode %s, %s", cfg.name, run_id, run_type or "manual", request.mode,
              f"interval [{_iso(interval[0])}, {_iso(interval[1])})" if interval[0] else "no interval: reads to the log end")
     sink = sink_for(cfg.name, cfg.sink)
-    with Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
+    # Kafka first: a connection the broker refuses (credentials, certificate, ACLs) fails the task
+    # before the ledger is even opened, so the ledger stays byte-identical.
+    with _kafka(cfg) as kafka, Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
         ownership.check(cfg.name, ledger, sink)
         if request.mode == "reset":
-            return _reset(cfg, ledger, request)
+            return _reset(cfg, ledger, request, kafka)
         publish_pending(cfg, ledger)
-        with _kafka(cfg) as kafka:
-            run = RunInfo(dag_id, run_id, interval[0], interval[1], request, run_type)
-            result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
-            bootstrap = kafka.bootstrap
+        run = RunInfo(dag_id, run_id, interval[0], interval[1], request, run_type)
+        result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
+        client = kafka.client
         faults.checkpoint("plan.after_commit")
         batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
                     "ranges": [str(r) for r in b.ranges],
-                    "spec": write_spec(cfg, bootstrap, b) if result.needs_work else None}
+                    "spec": write_spec(cfg, client, b) if result.needs_work else None}
                    for b in result.batches]
         return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
                 "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
@@ -93,9 +99,8 @@ def _iso(ts: datetime | None) -> str | None:
     return ts.isoformat() if ts is not None else None
 
 
-def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest) -> dict:
-    with _kafka(cfg) as kafka:
-        plan = run_reset(cfg, ledger, kafka, request)
+def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest, kafka: KafkaSource) -> dict:
+    plan = run_reset(cfg, ledger, kafka, request)
     return {"pipeline": cfg.name, "mode": "reset", "outcome": "dry_run" if request.dry_run else "reset",
             "needs_work": False, "batches": [], "reset": plan.to_dict()}
 
@@ -109,6 +114,13 @@ class SparkSubmission:
     attempt: str
     application_args: list[str]
     name: str
+
+
+def spark_job_secrets(cfg: PipelineConfig) -> dict[str, str]:
+    """The Kafka secrets the job needs (SASL login, client key), from the pipeline's Kafka
+    connection at submit time; empty for a PLAINTEXT connection. The operator hands them over in a
+    private file (``kafka_connection.write_secrets_file``), never in arguments or the job spec."""
+    return from_connection(cfg.kafka.conn_id).spark_secrets()
 
 
 class NothingToRun(Exception):
@@ -178,17 +190,32 @@ def spark_failure(cfg: PipelineConfig, submission: SparkSubmission, error: BaseE
             f"{ids} unchanged.")
 
 
+def _progress_client(cfg: PipelineConfig) -> KafkaSource | None:
+    """Kafka for the commit's best-effort group publication only: the commit itself needs the
+    ledger and the staged output, not Kafka, so an outage or a rotated password after the Spark job
+    must not hold it back (the next commit publishes the group's offsets again)."""
+    try:
+        return _kafka(cfg)
+    except (KafkaAuthError, KafkaUnreachableError, KafkaConnectionError) as exc:
+        log.warning("pipeline %s: committing without publishing group offsets: %s", cfg.name, exc)
+        return None
+
+
 def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict:
     """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
     the Asset event (totals, and per batch)."""
     with Ledger.for_config(cfg) as ledger:
         ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))
         per_batch = []
-        with _kafka(cfg) as kafka:
+        kafka = _progress_client(cfg)
+        try:
             for batch_id in batch_ids:
                 result = commit_batch(cfg, ledger, batch_id, attempt, kafka)
                 per_batch.append({"batch_id": batch_id, "outcome": result.outcome,
                                   **{k: v for k, v in result.stats.items()
                                      if isinstance(v, (int, float, str)) or v is None}})
+        finally:
+            if kafka is not None:
+                kafka.close()
         totals = {k: sum(b.get(k) or 0 for b in per_batch) for k in ("rows_in", "rows_out", "rows_rejected")}
         return {"pipeline": cfg.name, "batch_ids": list(batch_ids), **totals, "batches": per_batch}

@@ -2,12 +2,13 @@
 ``run_after`` so that running it again re-executes the *same* run (cleared, like "Clear" in the
 UI) instead of creating a new one.
 
-    python tests/helpers/run_dag.py DAG_ID LOGICAL_DATE|none RUN_AFTER [CONF_JSON]
+    python tests/helpers/run_dag.py DAG_FILE DAG_ID LOGICAL_DATE|none RUN_AFTER [CONF_JSON]
+
+Only DAG_FILE is parsed, not the whole DAG folder.
 Exit 0 when the run succeeded, 1 otherwise; prints ``DAGRUN <state> <run_id>`` last.
 """
 
 import json
-import os
 import sys
 from datetime import datetime
 
@@ -15,9 +16,9 @@ from airflow.dag_processing.dagbag import DagBag
 
 
 def main() -> int:
-    dag_id, logical, run_after = sys.argv[1:4]
-    conf = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    bag = DagBag(dag_folder=os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    dag_file, dag_id, logical, run_after = sys.argv[1:5]
+    conf = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    bag = DagBag(dag_folder=dag_file)
     if dag_id not in bag.dags:
         print(f"DAG {dag_id} not found; import errors: {bag.import_errors}")
         return 2

@@ -81,13 +81,6 @@ def _hourly(p, hours: int, start: datetime) -> None:
         assert out.ok, out.output[-4000:]
 
 
-def _dag_runs(services, dag_id: str) -> list[dict]:
-    """The DAG's runs from the REST API, which (unlike ``dags list-runs``) has run type and data interval."""
-    status, body = services.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
-    assert status == 200, body
-    return body["dag_runs"]
-
-
 def _hours_by_logical_date(p, services, how: str) -> None:
     """Three hourly runs at logical dates BASE, BASE+1h, BASE+2h, each reading [L, L+1h): run with
     ``airflow dags test DAG L`` (manual runs, whose Airflow data interval is [L-1h, L)), or created
@@ -101,7 +94,7 @@ def _hours_by_logical_date(p, services, how: str) -> None:
         return
     services.airflow("dags", "unpause", p.dag_id)
     runs = services.wait_for_runs(p.dag_id, 3)
-    assert sorted((r["logical_date"][:19], r["run_type"], r["state"]) for r in _dag_runs(services, p.dag_id)) == \
+    assert sorted((r["logical_date"][:19], r["run_type"], r["state"]) for r in services.runs(p.dag_id)) == \
         [((BASE + h * H).isoformat()[:19], "scheduled", "success") for h in range(3)], runs
 
 
@@ -129,7 +122,7 @@ def test_backfill_over_hours_first_run_by_logical_date_replays_each_batch_once(m
     airflow_services.airflow("backfill", "create", "--dag-id", p.dag_id, "--from-date", BASE.isoformat(),
                              "--to-date", (BASE + H).isoformat(), "--reprocess-behavior", "completed")
     airflow_services.wait_for_runs(p.dag_id, 3)
-    runs = _dag_runs(airflow_services, p.dag_id)
+    runs = airflow_services.runs(p.dag_id)
     backfilled = sorted((r["logical_date"][:19], r["state"]) for r in runs if r["run_type"] == "backfill")
     assert backfilled == [(BASE.isoformat()[:19], "success"), ((BASE + H).isoformat()[:19], "success")], runs
 

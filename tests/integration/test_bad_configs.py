@@ -91,7 +91,7 @@ def test_bad_configs_are_dag_import_errors_and_plan_nothing(airflow_env, test_st
 
         # A run of the bad-SQL pipeline cannot start: no DAG, so no plan, no ledger, no Spark.
         config, dag_file, ledger = written["bad_sql"]
-        proc = subprocess.run([sys.executable, str(HELPER), "offsetbatch_bad_configs_bad_sql", BASE.isoformat(),
+        proc = subprocess.run([sys.executable, str(HELPER), str(dag_file), "offsetbatch_bad_configs_bad_sql", BASE.isoformat(),
                                datetime(2030, 6, 1, tzinfo=timezone.utc).isoformat(), "{}"],
                               env=airflow_env, capture_output=True, text=True, timeout=300)
         out = proc.stdout + proc.stderr

@@ -39,9 +39,10 @@ def _run(p, conf: dict) -> RunOutcome:
     run_after = datetime(2030, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=p.runs)
     conf_file = p.root / f"conf-{p.runs}.json"
     conf_file.write_text(json.dumps(conf))
-    code = ("import runpy, sys; sys.argv = [sys.argv[1], sys.argv[2], 'none', sys.argv[3], open(sys.argv[4]).read()]; "
+    code = ("import runpy, sys; sys.argv = [*sys.argv[1:4], 'none', sys.argv[4], open(sys.argv[5]).read()]; "
             "runpy.run_path(sys.argv[0], run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-c", code, str(HELPER), p.dag_id, run_after.isoformat(), str(conf_file)],
+    proc = subprocess.run([sys.executable, "-c", code, str(HELPER), str(p.dag_file), p.dag_id, run_after.isoformat(),
+                           str(conf_file)],
                           env=p.env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     (p.root / "runs").mkdir(exist_ok=True)

@@ -10,9 +10,7 @@ reset and replay, through real Airflow runs against the real broker.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import sqlite3
 import subprocess
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -24,15 +22,6 @@ from offsetbatch.sinks.files import TableLayout
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 10, 12, tzinfo=timezone.utc)
 H = timedelta(hours=1)
-
-
-def _ledger_digest(p) -> str:
-    """A digest of every row of every ledger table (the SQLite dump, WAL included)."""
-    con = sqlite3.connect(p.ledger_url.removeprefix("sqlite:///"))
-    try:
-        return hashlib.sha256("\n".join(con.iterdump()).encode()).hexdigest()
-    finally:
-        con.close()
 
 
 def _cli(p, *args: str) -> subprocess.CompletedProcess:
@@ -50,7 +39,7 @@ def _two_batches(p):
 def test_invalid_trigger_values_fail_before_anything_changes(make_pipeline):
     p = make_pipeline()
     _two_batches(p)
-    digest, files = _ledger_digest(p), p.snapshot()["files"]
+    digest, files = p.ledger_digest(), p.snapshot()["files"]
     end = p.ledger.frontier_now(p.name)
     topic = p.topic
     cases = [
@@ -72,7 +61,7 @@ def test_invalid_trigger_values_fail_before_anything_changes(make_pipeline):
         out = p.run(None, conf=conf)
         out.assert_failed_with(message)
         assert f"pipeline {p.name}" in out.output
-        assert _ledger_digest(p) == digest, f"ledger changed by {conf}"
+        assert p.ledger_digest() == digest, f"ledger changed by {conf}"
     assert p.snapshot()["files"] == files
 
 
@@ -101,10 +90,10 @@ def test_reset_dry_run_then_forward_reset_from_the_trigger_form(make_pipeline):
     p = make_pipeline()
     _two_batches(p)
     p.produce(400, start=BASE + 2 * H, hours=1, partitions=2)  # unread
-    digest = _ledger_digest(p)
+    digest = p.ledger_digest()
     dry = p.run(None, conf={"mode": "reset", "reset_to": "latest"})
     assert dry.ok and "DRY RUN" in dry.output, dry.output[-3000:]
-    assert _ledger_digest(p) == digest
+    assert p.ledger_digest() == digest
 
     old = p.ledger.frontier_now(p.name)
     applied = p.run(None, conf={"mode": "reset", "reset_to": "latest", "dry_run": False, "reason": "skip a bad hour"})

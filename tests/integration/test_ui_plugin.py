@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import quote, urlparse
 
 import pytest
+from harness import worker_port
 
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.paths import PROJECT_ROOT, local_dir
@@ -67,7 +68,7 @@ def _services(airflow_env, test_state, pipeline, port: int, auth: bool):
 
 @pytest.fixture(scope="module")
 def ui_server(airflow_env, test_state, ui_pipeline):
-    s = _services(airflow_env, test_state, ui_pipeline, 18081, auth=True)
+    s = _services(airflow_env, test_state, ui_pipeline, worker_port(18081), auth=True)
     s.start()
     yield s
     s.stop()
@@ -175,7 +176,7 @@ def test_api_refuses_unauthenticated_requests_and_serves_the_ledger(ui_pipeline,
 
 def test_api_without_authentication_in_all_admins_mode(airflow_env, test_state, ui_pipeline):
     p = ui_pipeline
-    server = _services(airflow_env, test_state, p, 18082, auth=False)
+    server = _services(airflow_env, test_state, p, worker_port(18082), auth=False)
     server.start()
     try:
         status, body, _ = _get(f"{server.url}/offsetbatch/api/pipelines/{p.name}")

@@ -170,8 +170,7 @@ def test_reads_never_ask_for_a_new_ledger(pipeline, capsys, monkeypatch):
         real(self, url, create)
 
     monkeypatch.setattr(Ledger, "__init__", spy)
-    monkeypatch.setattr(cli, "bootstrap_from_connection", lambda conn_id: "fake:9092")
-    monkeypatch.setattr(cli, "KafkaSource", lambda bootstrap: FakeKafka())
+    monkeypatch.setattr(cli.KafkaSource, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
     folder, _ = pipeline
     for argv in (("status",), ("batches", "orders"), ("batch", "orders", "1"), ("events", "orders")):
         assert _run(capsys, "--pipelines", str(folder), "--json", *argv)[0] == cli.EXIT_OK, argv
@@ -201,8 +200,7 @@ def test_events_show_when_who_and_why(pipeline, capsys):
 
 
 def test_status_shows_data_lost_in_the_last_24_hours(pipeline, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "bootstrap_from_connection", lambda conn_id: "fake:9092")
-    monkeypatch.setattr(cli, "KafkaSource", lambda bootstrap: FakeKafka())
+    monkeypatch.setattr(cli.KafkaSource, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
     folder, _ = pipeline
     code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status")
     assert code == cli.EXIT_OK, err

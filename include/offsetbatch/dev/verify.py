@@ -119,3 +119,50 @@ def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | No
     if ledger is not None and pipeline is not None:
         report.contiguity_errors = contiguity(ledger, pipeline)
     return report
+
+
+# ---- the postgres sink: the table is the read path ------------------------------------------------
+
+def table_rows(url: str, table: str, columns: list[str], where: str = "") -> list[tuple]:
+    """Rows of a postgres sink's table (``schema.table``), read with plain SQL: every row there
+    belongs to a committed batch. ``where`` is fixed SQL from the caller, never user input."""
+    import sqlalchemy as sa
+    from psycopg2 import sql
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            cur = conn.connection.driver_connection.cursor()
+            schema, name = table.split(".")
+            cur.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}"."{name}"',))
+            if not cur.fetchone()[0]:
+                return []
+            cur.execute(sql.SQL("SELECT {} FROM {} " + where).format(
+                sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(schema, name)))
+            return cur.fetchall()
+    finally:
+        engine.dispose()
+
+
+def rows_per_batch(url: str, table: str) -> Counter:
+    return Counter(r[0] for r in table_rows(url, table, ["batch_id"]))
+
+
+def check_table(url: str, table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
+                ledger: Ledger | None = None, pipeline: str | None = None) -> Report:
+    """``check`` for a postgres sink: ids in ``table``, malformed records in ``<table>_rejected``."""
+    ids = [r[0] for r in table_rows(url, table, ["event_id"])]
+    counts = Counter(ids)
+    report = Report(produced=len(valid_ids), output=len(ids))
+    report.duplicates = {k: v for k, v in counts.items() if v > 1}
+    report.missing = valid_ids - set(counts)
+    report.unexpected = set(counts) - valid_ids
+    if malformed is not None:
+        found = Counter(table_rows(url, f"{table}_rejected", ["kafka_partition", "kafka_offset"]))
+        report.rejected_expected = len(malformed)
+        report.rejected_found = sum(found.values())
+        report.rejected_duplicates = sum(1 for v in found.values() if v > 1)
+        report.rejected_mismatch = len(set(found) ^ set(malformed))
+    if ledger is not None and pipeline is not None:
+        report.contiguity_errors = contiguity(ledger, pipeline)
+    return report

@@ -7,6 +7,8 @@ open; a Kafka client that fails is closed and reopened on the next request.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import threading
@@ -14,7 +16,8 @@ import time
 from pathlib import Path
 
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_installed
-from offsetbatch.kafka_source import KafkaSource, bootstrap_from_connection
+from offsetbatch.kafka_connection import from_connection
+from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.status import pipeline_status
 
@@ -65,16 +68,19 @@ class Sources:
     def status(self, cfg: PipelineConfig, ledger: Ledger) -> dict:
         """Frontier vs. log end per partition (``status.pipeline_status``); Kafka trouble is reported, not raised."""
         try:
-            bootstrap = bootstrap_from_connection(cfg.kafka.conn_id)
+            client = from_connection(cfg.kafka.conn_id)
         except Exception as exc:  # noqa: BLE001 - the ledger side is still worth showing
             st = pipeline_status(cfg, ledger, None, batches=0)
             st.kafka_error = f"connection '{cfg.kafka.conn_id}': {exc}"
             return st.to_dict()
+        # One client per connection and isolation level: two connections to one cluster may be two users.
+        settings = hashlib.sha256(json.dumps(client.settings, sort_keys=True).encode()).hexdigest()[:16]
+        bootstrap = f"{cfg.kafka.conn_id}|{cfg.kafka.isolation_level}|{settings}"  # a changed password: a new client
         with self._lock:
             entry = self._kafka.get(bootstrap)
         try:
             if entry is None:
-                entry = (KafkaSource(bootstrap, cfg.kafka.isolation_level), threading.Lock())
+                entry = (KafkaSource(client, cfg.kafka.isolation_level), threading.Lock())
                 with self._lock:
                     self._kafka[bootstrap] = entry
             kafka, lock = entry

@@ -3,7 +3,9 @@ pipeline's Spark connection, with the cached Kafka connector jars.
 
 What to submit (the batches still planned, an attempt id of their own, the job's arguments) and
 whether a failure was only a redundant attempt are decided in ``offsetbatch.tasks``; this operator
-only submits, and skips (so the commit is skipped too) when there is nothing to run.
+only submits, and skips (so the commit is skipped too) when there is nothing to run. The Kafka
+connection's secrets go to the job in a file only this user can read, named by path in the
+arguments and removed when the job ends.
 """
 
 from __future__ import annotations
@@ -38,20 +40,27 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Any) -> str:
         from airflow.exceptions import AirflowSkipException
 
+        from offsetbatch.airflow_errors import fail_without_retry
         from offsetbatch.config import load_config
-        from offsetbatch.tasks import NothingToRun, spark_failure, spark_redundant, spark_submission
+        from offsetbatch.kafka_connection import SECRETS_ARG, remove_secrets_file, write_secrets_file
+        from offsetbatch.tasks import NothingToRun, spark_failure, spark_job_secrets, spark_redundant, spark_submission
 
-        cfg = load_config(self.config_path)
-        try:
-            submission = spark_submission(cfg, context["ti"].xcom_pull(task_ids=self.plan_task_id),
-                                          context["ti"].try_number)
-        except NothingToRun as nothing:
-            raise AirflowSkipException(str(nothing)) from None
-        self.application_args = submission.application_args
+        with fail_without_retry():  # a bad config or Kafka connection fails every attempt alike
+            cfg = load_config(self.config_path)
+            secrets = spark_job_secrets(cfg)  # before the ledger counts an attempt
+            try:
+                submission = spark_submission(cfg, context["ti"].xcom_pull(task_ids=self.plan_task_id),
+                                              context["ti"].try_number)
+            except NothingToRun as nothing:
+                raise AirflowSkipException(str(nothing)) from None
         if not self.jars:
             self.jars = ",".join(spark_connector_jars())
         self.name = submission.name
+        secrets_file = None
         try:
+            secrets_file = write_secrets_file(secrets) if secrets else None
+            self.application_args = submission.application_args + (
+                [SECRETS_ARG, str(secrets_file)] if secrets_file else [])
             super().execute(context)
         except Exception as exc:
             reason = spark_redundant(cfg, submission)
@@ -59,4 +68,6 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
                 raise AirflowSkipException(reason) from None
             self.log.error(spark_failure(cfg, submission, exc))
             raise
+        finally:
+            remove_secrets_file(secrets_file)  # the job read it at start; nothing keeps it after the run
         return submission.attempt

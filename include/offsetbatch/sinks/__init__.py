@@ -1,6 +1,6 @@
 """Output destinations. A sink is chosen by ``sink.type`` in the pipeline YAML (default ``files``).
 
-Adding a sink: one module defining a ``Sink`` subclass (and its ``Settings`` if it has fields of
+Adding a sink: one module (or a package, like ``postgres``) defining a ``Sink`` subclass (and its ``Settings`` if it has fields of
 its own), one line in ``SINKS`` below, and its tests. ``offsetbatch.sinks.base`` explains the two
 halves a sink implements.
 """
@@ -11,10 +11,12 @@ from typing import Any
 
 from offsetbatch.sinks.base import Sink, SinkSettings, StagedOutput
 from offsetbatch.sinks.files import FilesSink
+from offsetbatch.sinks.postgres import PostgresSink
 from offsetbatch.sinks.staging import StagingLayout
 
 SINKS: dict[str, type[Sink]] = {
     FilesSink.type: FilesSink,
+    PostgresSink.type: PostgresSink,
 }
 
 

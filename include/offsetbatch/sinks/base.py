@@ -12,6 +12,14 @@
   is what the target holds. Every one of them is idempotent, because a crash anywhere is finished
   by running it again. Staging is keyed by the batch, not the output id, so two replays of one
   batch never touch each other's staging.
+* A sink whose target is a table in the **ledger's own database** publishes **inside** the ledger
+  transaction instead (``publishes_in_ledger_transaction = True``): ``commit`` calls
+  ``publish_in_transaction(conn, ...)`` (and ``retire_in_transaction`` for superseded batches) with
+  the ledger's connection, under the pipeline lock, after the batch row and frontier CAS and
+  before ``COMMIT``, then marks the batch published in that same transaction. Rows and offsets then
+  commit together or not at all; there is nothing to roll forward. ``cleanup`` removes the batch's
+  staging after the transaction. The ``postgres`` sink is the one such sink; ``files`` keeps the
+  publish-after-transaction order above.
 * The **read path**: ``read_committed`` / ``read_rejected``, what readers are told to use; they
   never show output of a batch the ledger has not committed.
 
@@ -26,7 +34,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -34,6 +42,7 @@ from offsetbatch import storage
 from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
+    import sqlalchemy as sa
     from pyspark.sql import DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
@@ -55,6 +64,13 @@ class SinkSettings(BaseModel):
             raise ValueError(f"must be an absolute path or a URI, got {v!r}")
         return v.rstrip("/")
 
+    @classmethod
+    def bind_ledger(cls, sink: dict, ledger: Any) -> dict:
+        """The raw ``sink:`` mapping, given the pipeline's ``ledger:`` settings (a mapping or
+        ``LedgerSettings``). A sink that must live in the ledger's database fills in or checks its
+        connection here (``ValueError`` says why not); the others ignore the ledger."""
+        return sink
+
 
 @dataclass(frozen=True)
 class StagedOutput:
@@ -70,6 +86,7 @@ class Sink(ABC):
 
     type: ClassVar[str]
     Settings: ClassVar[type[SinkSettings]] = SinkSettings
+    publishes_in_ledger_transaction: ClassVar[bool] = False
 
     def __init__(self, pipeline: str, settings: SinkSettings):
         self.pipeline = pipeline
@@ -112,6 +129,24 @@ class Sink(ABC):
     @abstractmethod
     def is_published(self, output_id: int, attempt: str) -> bool:
         """Whether the target holds exactly ``attempt``'s output for ``output_id``."""
+
+    # ---- commit half inside the ledger transaction (sinks in the ledger's database) -----------
+
+    def publish_in_transaction(self, conn: "sa.Connection", batch_id: int, output_id: int, attempt: str,
+                               ledger_id: str) -> None:
+        """``publishes_in_ledger_transaction`` sinks: make ``attempt`` the output of ``output_id``
+        using ``conn``, the ledger's connection, inside the transaction that commits the batch (it
+        also records ``ledger_id`` as the owner on first use). Raising rolls everything back."""
+        raise NotImplementedError(f"sink {self.type} publishes after the ledger transaction (publish)")
+
+    def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
+        """Remove a superseded batch's output inside the ledger transaction (before the new
+        batch's output is loaded: both hold the same records)."""
+        raise NotImplementedError(f"sink {self.type} retires after the ledger transaction (retire)")
+
+    def cleanup(self, batch_id: int) -> None:
+        """After a transaction that published ``batch_id`` inside it: remove its staging."""
+        storage.remove(self.staging.staging(batch_id))
 
     def discard(self, batch_id: int, attempt: str) -> None:
         """Drop one attempt's staged output (a redundant or losing re-execution)."""

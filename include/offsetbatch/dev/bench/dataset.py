@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from kafka import KafkaProducer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from offsetbatch.kafka_connection import KafkaClientConfig
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.model import TopicPartition
 from offsetbatch.dev.sample.producer import PAGES, ensure_topic
@@ -42,10 +43,13 @@ def _value(rng: random.Random, seq: int, ts: datetime) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def ensure_dataset(bootstrap: str, topic: str, records: int, partitions: int) -> Dataset:
-    """Produce the data set unless the topic already holds it; one simulated day of timestamps."""
-    ensure_topic(bootstrap, topic, partitions)
-    with KafkaSource(bootstrap) as kafka:
+def ensure_dataset(bootstrap: str, topic: str, records: int, partitions: int,
+                   client: KafkaClientConfig | None = None) -> Dataset:
+    """Produce the data set unless the topic already holds it; one simulated day of timestamps.
+    ``client``: the settings of a secured broker (the same records, seeded alike, on any broker)."""
+    kwargs = {k: v for k, v in client.kafka_python().items() if k != "bootstrap_servers"} if client else {}
+    ensure_topic(bootstrap, topic, partitions, client_kwargs=kwargs)
+    with KafkaSource(client or bootstrap) as kafka:
         tps = {TopicPartition(topic, p) for p in range(partitions)}
         have = sum(po.latest - po.earliest for po in kafka.offsets(tps).values())
     sample = sum(len(_value(random.Random(i), i, START)) for i in range(1000)) / 1000
@@ -55,7 +59,7 @@ def ensure_dataset(bootstrap: str, topic: str, records: int, partitions: int) ->
         raise RuntimeError(f"topic {topic} holds {have} records, not {records}: delete it "
                            f"('offsetbatch-stack kafka wipe') or use --topic with another name")
     rng = random.Random(42)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=1024 * 1024)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=50, batch_size=1024 * 1024, **kwargs)
     step = timedelta(days=1) / records
     size = 0
     columns = [TextColumn(f"producing {records:,} records to {topic}"), BarColumn(), MofNCompleteColumn(),

@@ -19,6 +19,7 @@ import psutil
 from offsetbatch.dev.bench.dataset import Dataset
 from offsetbatch.spark_jars import spark_connector_jars
 from offsetbatch.jobspec import JobSpec, Manifest
+from offsetbatch.kafka_connection import SECRETS_ARG, KafkaClientConfig, remove_secrets_file, write_secrets_file
 from offsetbatch.sinks.files import TableLayout
 from offsetbatch.paths import PROJECT_ROOT
 
@@ -100,14 +101,25 @@ def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
     return Sample(r["seconds"], wall, rss, r["records"])
 
 
-def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int) -> Sample:
-    table = work / f"job-{rep}" / "table"
+def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
+              client: KafkaClientConfig | None = None, name: str = "job") -> Sample:
+    """The job as the spark_job task submits it; ``client``: a secured broker's settings (options
+    in the spec, secrets in a private file, as the operator does)."""
+    table = work / f"{name}-{rep}" / "table"
     shutil.rmtree(table.parent, ignore_errors=True)
     spec = job_spec(ds, bootstrap, str(table))
+    secrets_file = None
+    if client is not None:
+        spec.kafka_options = client.spark_options()
+        secrets_file = write_secrets_file(client.spark_secrets())
     uri = TableLayout(str(table)).spec(1)
     spec.save(uri)
-    wall, rss, _ = spark_submit(JOBS / "offsetbatch_job.py", ["--spec", uri, "--attempt", "bench"], conf,
-                                work / f"job-{rep}.log")
+    try:
+        wall, rss, _ = spark_submit(JOBS / "offsetbatch_job.py", ["--spec", uri, "--attempt", "bench",
+                                                                  *([SECRETS_ARG, str(secrets_file)] if secrets_file else [])],
+                                    conf, work / f"{name}-{rep}.log")
+    finally:
+        remove_secrets_file(secrets_file)
     m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
     shutil.rmtree(table.parent, ignore_errors=True)
     return Sample(m.job_seconds, wall, rss, m.rows_in)

@@ -46,9 +46,12 @@ class ProduceResult:
         return len(self.valid_ids) + len(self.malformed)
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
-    """Create the topic, or grow it to ``partitions`` if it has fewer."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+def ensure_topic(
+    bootstrap: str, topic: str, partitions: int, *, client_kwargs: dict | None = None, **configs: str
+) -> None:
+    """Create the topic, or grow it to ``partitions`` if it has fewer. ``client_kwargs`` are extra
+    kafka-python settings (e.g. SASL_SSL ones from ``KafkaBroker.client_kwargs()``)."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **(client_kwargs or {}))
     try:
         try:
             admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
@@ -86,15 +89,18 @@ def produce(
     seed: int = 7,
     id_prefix: str = "e",
     progress: bool = True,
+    client_kwargs: dict | None = None,
 ) -> ProduceResult:
     """Produce ``records`` events spread evenly over ``hours`` simulated hours from ``start``.
 
     Kafka timestamps (CreateTime) are the simulated event times, so hourly runs cut by
-    ``data_interval_end`` find each hour's records."""
-    ensure_topic(bootstrap, topic, partitions)
+    ``data_interval_end`` find each hour's records. ``client_kwargs`` are extra kafka-python
+    settings for the admin client and the producer (security: SASL_SSL, SCRAM, CA file)."""
+    ensure_topic(bootstrap, topic, partitions, client_kwargs=client_kwargs)
     start = start or datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours)
     rng = random.Random(seed)
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024,
+                             **(client_kwargs or {}))
     result = ProduceResult()
     step = timedelta(hours=hours) / max(records, 1)
     futures = []

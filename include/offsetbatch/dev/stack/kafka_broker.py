@@ -3,6 +3,15 @@
 Started from the jars Maven resolved (``artifacts.fetch_kafka``), with its data and log in
 ``.local/kafka``. A restart keeps the data (fault-injection tests rely on that); ``wipe`` removes
 it. Starting a running broker is a no-op; a port held by anything else is a clear error.
+
+Two security modes, chosen when the home is first formatted and kept with it:
+
+* ``plaintext`` (default): ``PLAINTEXT://127.0.0.1:<port>``, no authentication.
+* ``sasl_ssl``: ``SASL_SSL://127.0.0.1:<port>`` with SCRAM-SHA-512 users ``admin`` (super user,
+  inter-broker) and ``pipeline`` created at format time, a locally made self-signed CA whose PEM
+  clients trust, and owner-only secret files; ``acl=True`` adds the StandardAuthorizer with
+  ``allow.everyone.if.no.acl.found=false``. Layout, listener choices (the controller listener is
+  loopback ``SASL_PLAINTEXT``/PLAIN, not an ANONYMOUS super user) and why: ``kafka_security``.
 """
 
 from __future__ import annotations
@@ -18,14 +27,20 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from offsetbatch.dev.stack import artifacts
+from offsetbatch.dev.stack.kafka_security import (
+    ADMIN, PIPELINE, BrokerSecurity, KafkaSecurityError, _write_private, pipeline_acls,
+)
 from offsetbatch.errors import OffsetbatchError
 from offsetbatch.paths import local_dir
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9092
+Security = Literal["plaintext", "sasl_ssl"]
+SECURITY_MODES: tuple[Security, ...] = ("plaintext", "sasl_ssl")
 LOG4J2 = """\
 status = warn
 appender.file.type = File
@@ -68,19 +83,99 @@ def _alive(pid: int) -> bool:
 
 @dataclass
 class KafkaBroker:
-    """One local broker; ``home`` holds its config, data, log and pid file."""
+    """One local broker; ``home`` holds its config, data, log and pid file (and, secured, its
+    TLS material and secrets)."""
 
     port: int = DEFAULT_PORT
     home: Path | None = None
     heap: str = "768m"
+    security: Security = "plaintext"
+    acl: bool = False
 
     def __post_init__(self) -> None:
         self.home = Path(self.home or local_dir() / "kafka")
         self.controller_port = self.port + 1
+        if self.security not in SECURITY_MODES:
+            raise BrokerError(f"unknown broker security {self.security!r}; use one of {', '.join(SECURITY_MODES)}")
+        if self.acl and not self.secure:
+            raise BrokerError("ACLs need authenticated clients: use security='sasl_ssl' (--secure) with acl=True (--acl)")
+        self.material = BrokerSecurity(self.home)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def secure(self) -> bool:
+        return self.security == "sasl_ssl"
+
+    @property
+    def ca_file(self) -> Path:
+        """The local CA's PEM certificate, for clients' ``ssl.ca.location`` (secured mode)."""
+        return self.material.ca_file
+
+    def credentials_file(self, user: str = PIPELINE) -> Path:
+        """Owner-only JSON file with ``user``'s Airflow Kafka connection ``extra`` (secured mode)."""
+        return self.material.credentials_file(user)
+
+    @property
+    def mode_file(self) -> Path:
+        return self.home / "security.mode"
+
+    def formatted_security(self) -> Security | None:
+        """The mode the home's storage was formatted with; ``None`` before the first start."""
+        if not (self.data_dir / "meta.properties").exists():
+            return None
+        try:
+            mode = self.mode_file.read_text().strip()
+        except OSError:
+            return "plaintext"  # formatted before security modes existed
+        return mode if mode in SECURITY_MODES else "plaintext"  # type: ignore[return-value]
+
+    def _require_secure(self, what: str) -> None:
+        if not self.secure:
+            raise BrokerError(f"{what} exists only for a secured broker: KafkaBroker(security='sasl_ssl') (--secure)")
+
+    def client_kwargs(self, user: str = ADMIN) -> dict[str, Any]:
+        """kafka-python keyword arguments (besides ``bootstrap_servers``) to connect as ``user``:
+        SCRAM-SHA-512 over TLS verified against the local CA, hostname checked. Empty in plaintext
+        mode, so callers can always splat it."""
+        return self.material.kafka_python_kwargs(user) if self.secure else {}
+
+    def connection_extra(self, user: str = PIPELINE) -> dict[str, str]:
+        """``user``'s client settings in the Airflow Kafka connection ``extra`` vocabulary
+        (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.ca.location``)."""
+        if not self.secure:
+            return {"bootstrap.servers": self.bootstrap}
+        return self.material.connection_extra(self.bootstrap, user)
+
+    def secret_files(self) -> list[Path]:
+        """Every broker-side file holding a secret (all mode 0600)."""
+        self._require_secure("secret files")
+        return [self.home / "server.properties", *self.material.secret_files()]
+
+    def admin_client(self, **overrides: Any):
+        """A kafka-python admin client authenticated as ``admin`` (plaintext: anonymous)."""
+        from kafka import KafkaAdminClient
+
+        return KafkaAdminClient(**{"bootstrap_servers": self.bootstrap, **self.client_kwargs(ADMIN), **overrides})
+
+    def grant_pipeline(self, topics: list[str] | tuple[str, ...], group: str, user: str = PIPELINE) -> list[Any]:
+        """Let ``user`` do what a pipeline does and nothing else: DESCRIBE+READ on ``topics``,
+        READ+DESCRIBE on ``group``. Created as ``admin`` with the admin client's ``create_acls``;
+        returns the ACLs. Granting again is harmless (ACLs are a set)."""
+        self._require_secure("grant_pipeline")
+        if not self.acl:
+            raise BrokerError("grant_pipeline needs the authorizer: start the broker with acl=True (--acl)")
+        acls = pipeline_acls(user, topics, group)
+        admin = self.admin_client(request_timeout_ms=10_000)
+        try:
+            result = admin.create_acls(acls)
+        finally:
+            admin.close()
+        if result["failed"]:
+            raise BrokerError(f"creating ACLs for User:{user} on {self.bootstrap} failed: {result['failed']}")
+        return acls
 
     @property
     def data_dir(self) -> Path:
@@ -102,7 +197,7 @@ class KafkaBroker:
         return pid if _alive(pid) else None
 
     def _write_config(self) -> Path:
-        props = {
+        props: dict[str, str] = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
@@ -129,8 +224,13 @@ class KafkaBroker:
             "delete.topic.enable": "true",
         }
         self.home.mkdir(parents=True, exist_ok=True)
+        if self.secure:
+            self.material.ensure()
+            props |= self.material.broker_properties(self.port, self.controller_port, self.acl)
+            self.material.write_credentials(self.bootstrap)
         cfg = self.home / "server.properties"
-        cfg.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        # Owner-only: in secured mode it holds the keystore password and the JAAS entries.
+        _write_private(cfg, "".join(f"{k}={v}\n" for k, v in props.items()))
         (self.home / "log4j2.properties").write_text(LOG4J2.format(log_file=self.home / "server.log"))
         return cfg
 
@@ -149,17 +249,39 @@ class KafkaBroker:
         cluster_id = "-"
         while cluster_id.startswith("-"):  # as Kafka's Uuid does: an id must not look like an option
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        result = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(cfg)),
-            capture_output=True, text=True,
-        )
+        args = ["format", f"--cluster-id={cluster_id}", "-c", str(cfg)]
+        if self.secure:
+            # SCRAM users are created with the storage: arguments from an owner-only @argfile.
+            argfile = self.material.format_argfile(["kafka.tools.StorageTool", *args])
+            cmd = self._java(f"@{argfile}")
+        else:
+            argfile, cmd = None, self._java("kafka.tools.StorageTool", *args)
+        try:
+            result = subprocess.run(cmd, capture_output=True, text=True)
+        finally:
+            if argfile is not None:
+                argfile.unlink(missing_ok=True)
         if result.returncode != 0:
-            raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed:\n{result.stdout}{result.stderr}")
-        log.info("formatted KRaft storage in %s (cluster id %s)", self.data_dir, cluster_id)
+            out = f"{result.stdout}{result.stderr}"
+            if self.secure:
+                out = out.replace(self.material.password(ADMIN), "***").replace(self.material.password(PIPELINE), "***")
+            raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed:\n{out}")
+        self.mode_file.write_text(self.security + "\n")
+        log.info("formatted KRaft storage in %s (cluster id %s, %s)", self.data_dir, cluster_id, self.security)
+
+    def _check_mode(self) -> None:
+        have = self.formatted_security()
+        if have is not None and have != self.security:
+            flag = "with --secure" if have == "sasl_ssl" else "without --secure"
+            raise BrokerError(
+                f"the broker in {self.home} was formatted as {have}, not {self.security}: start it {flag}, "
+                f"or wipe it first (offsetbatch-stack kafka wipe) to change its security mode"
+            )
 
     def start(self, timeout: float = 90.0) -> float:
         """Start (or find running) and wait until it answers metadata requests; returns seconds taken."""
         t0 = time.monotonic()
+        self._check_mode()
         if self.pid():
             self.wait_ready(timeout)
             return time.monotonic() - t0
@@ -169,7 +291,10 @@ class KafkaBroker:
                     f"port 127.0.0.1:{port} is already in use by another process, not by the broker of "
                     f"{self.home}. Stop that process or choose another port (KAFKA_PORT=...)."
                 )
-        cfg = self._write_config()
+        try:
+            cfg = self._write_config()
+        except KafkaSecurityError as exc:
+            raise BrokerError(str(exc)) from exc
         self._format_storage(cfg)
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(
@@ -183,9 +308,8 @@ class KafkaBroker:
         return took
 
     def wait_ready(self, timeout: float, proc: subprocess.Popen | None = None) -> None:
-        """Block until the broker answers a metadata request listing itself."""
-        from kafka import KafkaAdminClient
-        from kafka.errors import KafkaError
+        """Block until the broker answers a metadata request listing itself (secured: as ``admin``)."""
+        from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
         deadline = time.monotonic() + timeout
         last: Exception | None = None
@@ -194,12 +318,18 @@ class KafkaBroker:
                 raise BrokerError(f"the broker exited with code {proc.returncode}; see {self.log_file}:\n{self._tail()}")
             if _port_open(self.port):
                 try:
-                    admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000)
+                    admin = self.admin_client(request_timeout_ms=5000, bootstrap_timeout_ms=5000)
                     try:
                         if admin.describe_cluster().get("brokers"):
                             return
                     finally:
                         admin.close()
+                except SaslAuthenticationFailedError as exc:
+                    raise BrokerError(
+                        f"the broker on {self.bootstrap} rejected the admin credentials of {self.material.secrets_dir} "
+                        f"({exc}); another broker may hold the port, or the home's secrets were replaced: "
+                        f"wipe it (offsetbatch-stack kafka wipe) and start again"
+                    ) from None
                 except KafkaError as exc:  # not ready yet: controller still electing itself
                     last = exc
             time.sleep(0.2)

@@ -1,0 +1,300 @@
+"""``PostgresSink``: the seam's halves for a table in the ledger's database. The job half checks the
+transform's columns and stages Parquet; the commit half loads a batch inside the ledger's
+transaction (schema check and evolution, DELETE of the output id, COPY, the upsert merge, the
+rejected records), retires superseded batches, records ownership as a comment on the table, and
+reads the table back through Spark's JDBC source.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Iterator
+
+from offsetbatch import faults, storage
+from offsetbatch.errors import SinkError
+from offsetbatch.jobspec import Manifest
+from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.postgres.copy_stream import copy_rows
+from offsetbatch.sinks.postgres.schema import RECORD_COLUMNS, REJECTED_COLUMNS, RESERVED, TableSchema
+from offsetbatch.sinks.postgres.settings import PostgresSettings
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__package__)  # the package's logger: every postgres sink message under one name
+
+OWNER_KEY = "offsetbatch"
+
+
+class PostgresSink(TableSchema, Sink):
+    type = "postgres"
+    Settings = PostgresSettings
+    publishes_in_ledger_transaction = True
+
+    def __init__(self, pipeline: str, settings: PostgresSettings):
+        super().__init__(pipeline, settings)
+        self.schema_name, self.table_name = settings.table.split(".")
+        self._engine = None
+
+    # ---- names -----------------------------------------------------------------------------
+
+    def _ident(self, suffix: str = ""):
+        from psycopg2 import sql
+
+        return sql.Identifier(self.schema_name, self.table_name + suffix)
+
+    @property
+    def rejected_table(self) -> str:
+        return f"{self.settings.table}_rejected"
+
+    def _where(self, output_id: int | None = None) -> str:
+        return (f"pipeline {self.pipeline}" + (f" batch {output_id}" if output_id is not None else "")
+                + f", table {self.settings.table}")
+
+    # ---- job half --------------------------------------------------------------------------
+
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+              attempt: str) -> StagedOutput:
+        """Parquet as every sink stages, after checking the columns the table needs: each row must
+        say which record it came from (the UNIQUE (kafka_topic, kafka_partition, kafka_offset)
+        constraint), and ``batch_id`` is the sink's."""
+        cols = set(data.columns)
+        missing = [c for c in RECORD_COLUMNS if c not in cols]
+        if missing:
+            raise SinkError(f"{self._where(batch_id)}: the transform's output lacks {', '.join(missing)}; the "
+                            f"postgres sink keeps one row per Kafka record, identified by (kafka_topic, "
+                            f"kafka_partition, kafka_offset). Add them to the transform's SELECT list. Nothing was "
+                            f"committed; the batch stays planned.")
+        clash = [c for c in RESERVED if c in cols]
+        if clash:
+            raise SinkError(f"{self._where(batch_id)}: the transform's output has a column {clash[0]!r}, which the "
+                            f"postgres sink fills itself with the batch id. Rename it in the transform. Nothing was "
+                            f"committed.")
+        no_key = [c for c in self.settings.key if c not in cols]
+        if no_key:
+            raise SinkError(f"{self._where(batch_id)}: upsert key column(s) {', '.join(no_key)} are not in the "
+                            f"transform's output ({', '.join(data.columns)}). Fix sink.key or the transform. Nothing "
+                            f"was committed.")
+        return super().stage(spark, data, rejected, batch_id, attempt)
+
+    # ---- connections -------------------------------------------------------------------------
+
+    def _url(self) -> str:
+        if self.settings.url:
+            return self.settings.url
+        if self.settings.conn_id:
+            from offsetbatch.ledger.engine import url_from_connection
+
+            return url_from_connection(self.settings.conn_id)
+        raise SinkError(f"{self._where()}: no connection (the pipeline config fills it from ledger:); build the sink "
+                        f"from the pipeline's config, not from a job spec")
+
+    @contextmanager
+    def _connect(self) -> Iterator["sa.Connection"]:
+        """A connection of the sink's own (ownership checks, CLI); commits are made on the ledger's."""
+        import sqlalchemy as sa
+        from sqlalchemy.pool import NullPool
+
+        if self._engine is None:
+            self._engine = sa.create_engine(self._url(), poolclass=NullPool)
+        with self._engine.begin() as conn:
+            yield conn
+
+    @staticmethod
+    def _cursor(conn: "sa.Connection"):
+        if conn.dialect.name != "postgresql":
+            raise SinkError("the postgres sink needs the ledger in PostgreSQL (the table is loaded in the ledger's "
+                            f"transaction), but the ledger is {conn.dialect.name}. Point ledger.url or the ledger's "
+                            f"Airflow connection at the PostgreSQL database that holds the table.")
+        return conn.connection.driver_connection.cursor()
+
+    def _exists(self, cur, suffix: str = "") -> bool:
+        cur.execute("SELECT to_regclass(%s) IS NOT NULL", (self._quoted(suffix),))
+        return cur.fetchone()[0]
+
+    def _quoted(self, suffix: str = "") -> str:
+        """The table's name as ``to_regclass`` parses it (a parameter, quoted: never SQL text)."""
+        return f'"{self.schema_name}"."{self.table_name}{suffix}"'
+
+    def _columns(self, cur, suffix: str = "") -> dict[str, str]:
+        cur.execute("SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                    "WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                    (self._quoted(suffix),))
+        return dict(cur.fetchall())
+
+    # ---- commit half, inside the ledger transaction ------------------------------------------
+
+    def publish_in_transaction(self, conn: "sa.Connection", batch_id: int, output_id: int, attempt: str,
+                               ledger_id: str) -> None:
+        """Replace ``output_id``'s rows with ``attempt``'s, in ``conn``'s (the ledger's) transaction:
+        schema check and evolution first (nothing written if a column's type changed), then DELETE,
+        COPY, and the same for rejected records. Idempotent because the transaction is all or nothing."""
+        manifest_uri = self.staging.staging_manifest(batch_id, attempt)
+        if not storage.exists(manifest_uri):
+            raise SinkError(f"{self._where(output_id)}: the manifest of attempt {attempt} of batch {batch_id} is gone "
+                            f"({manifest_uri}); the batch cannot be loaded. Replay batch {output_id}.")
+        manifest = Manifest.load(manifest_uri)
+        import psycopg2
+
+        try:
+            self._load_batch(self._cursor(conn), manifest, batch_id, output_id, attempt, ledger_id)
+        except psycopg2.Error as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SinkError(f"{self._where(output_id)}: PostgreSQL refused the load of attempt {attempt} of batch "
+                            f"{batch_id}: {first}. The transaction was rolled back: nothing was written or committed, "
+                            f"the batch stays planned. Fix the cause and re-run the commit task.") from exc
+
+    def _load_batch(self, cur, manifest: Manifest, batch_id: int, output_id: int, attempt: str, ledger_id: str) -> None:
+        cur.execute("SET LOCAL TIME ZONE 'UTC'")
+        columns = self._prepare(cur, manifest.data_files, output_id)
+        self._prepare_rejected(cur)
+        self._claim_in(cur, ledger_id)
+        self._delete(cur, output_id)
+        faults.checkpoint("commit.before_copy")
+        loaded = self._load(cur, manifest.data_files, columns, output_id) if columns else 0
+        if loaded != manifest.rows_out:
+            raise SinkError(f"{self._where(output_id)}: COPY loaded {loaded} rows but the manifest of attempt "
+                            f"{attempt} says {manifest.rows_out}; the transaction is rolled back. Re-run the spark_job "
+                            f"task.")
+        rej_cols = [c for c, _ in REJECTED_COLUMNS[1:]]
+        rejected = self._copy(cur, "_rejected", manifest.rejected_files, rej_cols,
+                              [t for _, t in REJECTED_COLUMNS[1:]], output_id)
+        if rejected != manifest.rows_rejected:
+            raise SinkError(f"{self._where(output_id)}: COPY loaded {rejected} rejected records but the manifest says "
+                            f"{manifest.rows_rejected}; the transaction is rolled back. Re-run the spark_job task.")
+        faults.checkpoint("commit.after_copy")
+        log.info("%s: loaded %d rows and %d rejected records in the ledger's transaction", self._where(output_id),
+                 loaded, rejected)
+
+    def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
+        cur = self._cursor(conn)
+        self._delete(cur, output_id)
+
+    def _delete(self, cur, output_id: int) -> None:
+        from psycopg2 import sql
+
+        for suffix in ("", "_rejected"):
+            if self._exists(cur, suffix):
+                cur.execute(sql.SQL("DELETE FROM {} WHERE batch_id = %s").format(self._ident(suffix)), (output_id,))
+
+    def _load(self, cur, files: list[str], staged: list[tuple[str, str]], output_id: int) -> int:
+        """Append mode: COPY straight into the table. Upsert: COPY into a temporary table, then
+        merge its winner row per key. Returns the rows COPY read."""
+        from psycopg2 import sql
+
+        names, types = [n for n, _ in staged], [t for _, t in staged]
+        if self.settings.mode == "append":
+            return self._copy(cur, "", files, names, types, output_id)
+        tmp = sql.Identifier(f"ob_upsert_{output_id}")
+        cur.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP").format(tmp, self._ident()))
+        n = self._copy(cur, "", files, names, types, output_id, into=tmp)
+        cols = sql.SQL(", ").join(map(sql.Identifier, ["batch_id", *names]))
+        key = sql.SQL(", ").join(map(sql.Identifier, self.settings.key))
+        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
+                                     for c in ["batch_id", *names] if c not in self.settings.key)
+        cur.execute(sql.SQL(
+            "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM {tmp} "
+            "ORDER BY {key}, kafka_offset DESC, kafka_partition DESC, kafka_topic DESC "
+            "ON CONFLICT ({key}) DO UPDATE SET {updates}").format(
+                target=self._ident(), cols=cols, key=key, tmp=tmp, updates=updates))
+        return n
+
+    def _copy(self, cur, suffix: str, files: list[str], names: list[str], types: list[str], output_id: int,
+              into: Any = None) -> int:
+        return copy_rows(cur, into if into is not None else self._ident(suffix), files, names, types, output_id)
+
+    # ---- ownership: a comment on the table -------------------------------------------------------
+
+    def _claim_in(self, cur, ledger_id: str) -> None:
+        from psycopg2 import sql
+
+        if not self._exists(cur) or self._owner(cur) is not None:
+            return
+        mark = json.dumps({OWNER_KEY: {"ledger_id": ledger_id, "pipeline": self.pipeline,
+                                       "claimed_at": datetime.now(timezone.utc).isoformat()}})
+        cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(self._ident()), (mark,))
+
+    def _owner(self, cur) -> dict | None:
+        if not self._exists(cur):
+            return None
+        cur.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (self._quoted(),))
+        text = cur.fetchone()[0]
+        try:
+            return json.loads(text)[OWNER_KEY] if text else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def owner(self) -> dict | None:
+        """Recorded as a comment on the table (``COMMENT ON TABLE``), written in the transaction
+        that first loads it."""
+        with self._connect() as conn:
+            return self._owner(self._cursor(conn))
+
+    def claim(self, ledger_id: str) -> None:
+        with self._connect() as conn:
+            self._claim_in(self._cursor(conn), ledger_id)
+
+    def published_ids(self) -> list[int]:
+        from psycopg2 import sql
+
+        with self._connect() as conn:
+            cur = self._cursor(conn)
+            if not self._exists(cur):
+                return []
+            cur.execute(sql.SQL("SELECT DISTINCT batch_id FROM {} ORDER BY 1").format(self._ident()))
+            return [r[0] for r in cur.fetchall()]
+
+    # ---- the seam's other commit-half methods ----------------------------------------------------
+
+    def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """Never outside the ledger's transaction: that is what makes the batch atomic."""
+        raise SinkError(f"{self._where(output_id)}: the postgres sink publishes only inside the ledger's transaction "
+                        f"(offsetbatch.commit); this is a bug in the caller")
+
+    def retire(self, output_id: int) -> None:
+        with self._connect() as conn:
+            self.retire_in_transaction(conn, output_id)
+
+    def is_published(self, output_id: int, attempt: str) -> bool:
+        """The ledger row says it: it commits in the same transaction as the rows."""
+        with self._connect() as conn:
+            cur = self._cursor(conn)
+            cur.execute("SELECT committed_attempt FROM ob_batches WHERE pipeline = %s AND status = 'committed' AND "
+                        "published_at IS NOT NULL AND coalesce(target_batch_id, batch_id) = %s "
+                        "ORDER BY batch_id DESC LIMIT 1", (self.pipeline, output_id))
+            row = cur.fetchone()
+            return row is not None and row[0] == attempt
+
+    def describe(self, output_id: int) -> str:
+        return f"{self.settings.table} (batch_id = {output_id})"
+
+    def locations(self, output_id: int) -> dict[str, str]:
+        return {"table": f"{self.settings.table} WHERE batch_id = {output_id}",
+                "rejected": f"{self.rejected_table} WHERE batch_id = {output_id}"}
+
+    # ---- read path -------------------------------------------------------------------------------
+
+    def read_committed(self, spark: "SparkSession") -> "DataFrame":
+        """The table through Spark's JDBC source (needs PostgreSQL's JDBC driver on Spark's
+        classpath). Every row belongs to a committed batch; SQL readers simply query the table."""
+        return self._jdbc(spark, self.settings.table)
+
+    def read_rejected(self, spark: "SparkSession") -> "DataFrame":
+        return self._jdbc(spark, self.rejected_table)
+
+    def _jdbc(self, spark: "SparkSession", table: str) -> "DataFrame":
+        import sqlalchemy as sa
+
+        u = sa.make_url(self._url())
+        reader = (spark.read.format("jdbc")
+                  .option("url", f"jdbc:postgresql://{u.host or 'localhost'}:{u.port or 5432}/{u.database}")
+                  .option("dbtable", table))
+        if u.username:
+            reader = reader.option("user", u.username)
+        if u.password:
+            reader = reader.option("password", u.password)
+        return reader.load()

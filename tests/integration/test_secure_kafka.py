@@ -1,0 +1,150 @@
+"""A pipeline against a SASL_SSL (SCRAM-SHA-512) broker with ACLs: every record exactly once
+through its crashes, every misconfiguration a clear failure of the plan task that changes nothing,
+and the password in no process argument, job spec, manifest or log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offsetbatch.dev.sample.producer import produce
+from offsetbatch.kafka_connection import from_settings
+from offsetbatch.kafka_source import KafkaSource
+
+pytestmark = pytest.mark.integration
+BASE = datetime(2026, 11, 6, tzinfo=timezone.utc)
+H = timedelta(hours=1)
+USER = "pipeline"
+
+
+@pytest.fixture
+def secure_pipeline(make_pipeline, secure_kafka_broker):
+    """A pipeline reading its topic as the ACL-limited pipeline user; records produced as admin."""
+    broker = secure_kafka_broker
+
+    def make(suffix: str = "", **overrides):
+        p = make_pipeline(suffix, **overrides)
+        p.bootstrap = broker.bootstrap
+        p.producer_kwargs = broker.client_kwargs("admin")
+        settings = broker.connection_extra(USER)
+        p.password = settings["sasl.password"]
+        p.connect("kafka_secure", settings)
+        broker.grant_pipeline([p.topic], p.cfg.group_id, user=USER)
+        return p
+
+    return make
+
+
+class ProcessWatch:
+    """Every process's command line, sampled while runs go on (what ``ps`` would show anyone)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            out = subprocess.run(["ps", "-eww", "-o", "args", "--no-headers"], capture_output=True, text=True).stdout
+            self.seen.update(out.splitlines())
+            self._stop.wait(0.2)  # sampling interval
+
+    def __enter__(self) -> "ProcessWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _doctor(p) -> list[dict]:
+    res = subprocess.run(["offsetbatch", "--pipelines", str(p.root), "--json", "doctor"], env=p.env,
+                         capture_output=True, text=True, timeout=300)
+    return json.loads(res.stdout)
+
+
+def test_hourly_runs_over_sasl_ssl_through_crashes_are_exactly_once_and_leak_no_secret(secure_pipeline,
+                                                                                          secure_kafka_broker):
+    """Three hours: the first runs plainly, the second's Spark driver is killed mid-write, the
+    third's commit is killed inside its ledger transaction; each crashed run is re-run. One
+    pipeline for all of it: the claims are per run, and five DAG runs cost minutes."""
+    p = secure_pipeline()
+    p.produce(1500, start=BASE, hours=3)
+    secrets_dirs = set(Path(tempfile.gettempdir()).glob("offsetbatch-kafka-*"))  # another process's are not ours
+    with ProcessWatch() as ps:
+        outcomes = [p.run(BASE)]
+        for hour, fault, expect in ((1, "job.kill_during_write", "killing the Spark driver mid-write"),
+                                    (2, "commit.in_transaction", "injected fault at commit.in_transaction")):
+            crashed = p.run(BASE + hour * H, faults=fault)
+            crashed.assert_failed_with(expect)
+            outcomes += [crashed, p.run(BASE + hour * H, run_after=crashed.run_after)]
+    for out in outcomes[::2]:  # the first run and both reruns
+        assert out.ok, out.output[-4000:]
+    report = p.check()
+    assert report.ok, report.summary()
+    assert any("SparkSubmit" in line or "spark-submit" in line for line in ps.seen), "the sampler saw the job"
+    assert any("--kafka-secrets" in line for line in ps.seen), "the job got its secrets by file"
+
+    # group progress published by the pipeline user (READ on its group), read back by the admin
+    with KafkaSource(from_settings("admin", secure_kafka_broker.connection_extra("admin"))) as admin:
+        assert admin.group_offsets(p.cfg.group_id) == p.ledger.frontier_now(p.name)
+
+    # the password is nowhere: process arguments, task logs, job specs, manifests, Airflow's logs
+    places = {"ps": "\n".join(ps.seen), "run output": "".join(o.output for o in outcomes)}
+    for f in list(Path(p.table).rglob("*.json")) + list(Path(p.env["AIRFLOW_HOME"], "logs").rglob("*.log")):
+        places[str(f)] = f.read_text(errors="replace")
+    assert [name for name, text in places.items() if p.password in text] == []
+    assert any("_offsetbatch/plans" in name for name in places), "job specs were checked"
+    assert set(Path(tempfile.gettempdir()).glob("offsetbatch-kafka-*")) <= secrets_dirs, "a secrets file outlived its run"
+
+
+def test_each_misconfiguration_fails_the_plan_task_at_once_and_changes_nothing(secure_pipeline, secure_kafka_broker):
+    # 2 retries 30 s apart, as in production: a refusal must not use them
+    p = secure_pipeline(airflow={"retries": 2, "retry_delay_seconds": 30})
+    p.produce(300, start=BASE, hours=1)
+    good = secure_kafka_broker.connection_extra(USER)
+    no_ca = {k: v for k, v in good.items() if k != "ssl.ca.location"}
+    plaintext = {"bootstrap.servers": good["bootstrap.servers"]}
+    cases = [
+        ("wrong_password", {**good, "sasl.password": "not-the-password"}, "authentication failed for user 'pipeline'"),
+        ("unknown_user", {**good, "sasl.username": "nobody"}, "authentication failed for user 'nobody'"),
+        ("untrusted_cert", no_ca, "its certificate is not trusted: set ssl.ca.location"),
+        ("plaintext", plaintext, "the broker's port speaks TLS but the connection's security.protocol is PLAINTEXT"),
+    ]
+    before, digest = p.snapshot(), p.ledger_digest()
+    for conn_id, settings, message in cases:
+        p.connect(f"kafka_{conn_id}", settings)
+        out = p.run(BASE)
+        out.assert_failed_with(message)
+        out.assert_failed_with(f"connection 'kafka_{conn_id}'")
+        # no retry can fix it: AirflowFailException, and the plan task started once
+        assert "AirflowFailException" in out.output and \
+            out.output.count("[DAG TEST] starting task_id=plan ") == 1, out.output[-4000:]
+        assert p.snapshot() == before and p.ledger_digest() == digest, conn_id
+
+    # doctor: authenticated, and the pipeline user has the ACLs it needs
+    p.connect("kafka_secure", good)
+    [kafka_check] = [c for c in _doctor(p) if c["name"] == f"{p.name}: kafka"]
+    assert kafka_check["ok"] and "may describe and read the topics and its group" in kafka_check["detail"], kafka_check
+
+    # ACLs: the pipeline user may not describe a topic nobody granted it
+    other = f"{p.topic}-ungranted"
+    produce(secure_kafka_broker.bootstrap, other, 10, partitions=1, start=BASE, progress=False,
+            client_kwargs=secure_kafka_broker.client_kwargs("admin"))
+    cfg = yaml.safe_load(p.config_path.read_text())
+    cfg["kafka"]["topics"] = [p.topic, other]
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    out = p.run(BASE)
+    out.assert_failed_with(f"the broker denied describing topic(s) {other}")
+    assert "AirflowFailException" in out.output
+    assert p.snapshot() == before and p.ledger_digest() == digest
+    [kafka_check] = [c for c in _doctor(p) if c["name"] == f"{p.name}: kafka"]
+    assert not kafka_check["ok"] and f"denied describing topic(s) {other}" in kafka_check["detail"], kafka_check

@@ -1,0 +1,187 @@
+"""The Airflow Kafka connection, translated once for kafka-python and Spark: nothing dropped, no
+secret where it does not belong."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from offsetbatch.jobspec import JobSpec
+from offsetbatch.kafka_connection import (
+    KafkaConnectionError,
+    from_settings,
+    read_secrets_file,
+    remove_secrets_file,
+    write_secrets_file,
+)
+from offsetbatch.errors import ConfigError
+from offsetbatch.kafka_errors import KafkaAuthError, KafkaUnreachableError, explain
+
+
+@pytest.fixture
+def ca(tmp_path):
+    path = tmp_path / "ca.pem"
+    path.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    return str(path)
+
+
+def _secured(ca: str, **more) -> dict:
+    return {"bootstrap.servers": "b1:9093,b2:9093", "security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "pipe", "sasl.password": 'p"a\\ss', "ssl.ca.location": ca, **more}
+
+
+def test_sasl_ssl_maps_to_kafka_python_and_spark_with_secrets_apart(ca):
+    cfg = from_settings("kafka_secure", _secured(ca))
+    assert cfg.kafka_python() == {
+        "bootstrap_servers": "b1:9093,b2:9093", "security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "pipe", "sasl_plain_password": 'p"a\\ss', "ssl_check_hostname": True, "ssl_cafile": ca}
+    options = cfg.spark_options()
+    assert options == {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                       "kafka.ssl.endpoint.identification.algorithm": "https",
+                       "kafka.ssl.truststore.type": "PEM",  # the CA inline: executors need no copy of the file
+                       "kafka.ssl.truststore.certificates": Path(ca).read_text()}
+    assert not [v for v in options.values() if 'p"a' in v]  # the spec's part holds no secret
+    assert cfg.spark_secrets() == {"kafka.sasl.jaas.config":
+                                   'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                                   'username="pipe" password="p\\"a\\\\ss";'}
+    assert "p\"a" not in cfg.describe() and "pipe" in cfg.describe() and "kafka_secure" in cfg.describe()
+    assert "p\"a" not in repr(cfg)
+
+
+def test_plaintext_from_host_and_port_has_no_security_options():
+    cfg = from_settings("k", {}, host="broker", port=19092)
+    assert cfg.kafka_python() == {"bootstrap_servers": "broker:19092", "security_protocol": "PLAINTEXT"}
+    assert cfg.spark_options() == {"kafka.security.protocol": "PLAINTEXT"} and cfg.spark_secrets() == {}
+
+
+def test_login_and_password_fields_are_the_sasl_credentials(ca):
+    extra = _secured(ca)
+    del extra["sasl.username"], extra["sasl.password"]
+    cfg = from_settings("k", extra, login="pipe", password="pw")
+    assert cfg.kafka_python()["sasl_plain_username"] == "pipe" and cfg.kafka_python()["sasl_plain_password"] == "pw"
+    with pytest.raises(KafkaConnectionError, match="password field and extra sasl.password disagree"):
+        from_settings("k", _secured(ca), password="other")
+
+
+def test_client_certificate_goes_inline_and_secret_to_spark(ca, tmp_path):
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    cert.write_text("CERT")
+    key.write_text("KEY")
+    cfg = from_settings("k", {"bootstrap.servers": "b:9093", "security.protocol": "SSL", "ssl.ca.location": ca,
+                              "ssl.certificate.location": str(cert), "ssl.key.location": str(key),
+                              "ssl.key.password": "kp", "ssl.endpoint.identification.algorithm": "none"})
+    assert cfg.kafka_python()["ssl_check_hostname"] is False
+    assert (cfg.kafka_python()["ssl_certfile"], cfg.kafka_python()["ssl_password"]) == (str(cert), "kp")
+    assert cfg.spark_options()["kafka.ssl.endpoint.identification.algorithm"] == ""
+    assert cfg.spark_secrets() == {"kafka.ssl.keystore.certificate.chain": "CERT", "kafka.ssl.keystore.key": "KEY",
+                                   "kafka.ssl.key.password": "kp"}
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"bootstrap.servers": "b:1", "sasl.kerberos.keytab": "/k"}, "extra key(s) sasl.kerberos.keytab are not supported"),
+    ({"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.username": "u", "sasl.password": "p"},
+     "needs sasl.mechanism"),
+    ({"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}, "GSSAPI and OAUTHBEARER"),
+    ({"bootstrap.servers": "b:1", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "u"},
+     "needs sasl.password"),
+    ({"bootstrap.servers": "b:1", "sasl.username": "u"}, "sasl.username set but security.protocol is PLAINTEXT"),
+    ({"bootstrap.servers": "b:1", "ssl.ca.location": "/ca"}, "ssl.ca.location set but security.protocol is PLAINTEXT"),
+    ({"bootstrap.servers": "b:1", "security.protocol": "SSL", "ssl.ca.location": "/no/such/ca.pem"}, "is not a file"),
+    ({"bootstrap.servers": "b:1", "security.protocol": "TLS"}, "is not one of PLAINTEXT, SSL"),
+    ({}, "neither extra 'bootstrap.servers' nor a host"),
+])
+def test_bad_connections_name_the_connection_and_the_key(extra, message):
+    with pytest.raises(KafkaConnectionError) as err:
+        from_settings("kafka_prod", extra)
+    assert "Kafka connection 'kafka_prod'" in str(err.value) and message in str(err.value)
+
+
+def test_consumer_keys_without_meaning_here_are_accepted_and_logged(caplog):
+    with caplog.at_level("INFO"):
+        cfg = from_settings("k", {"bootstrap.servers": "b:1", "group.id": "theirs"})
+    assert "group.id" not in cfg.settings
+    assert "extra group.id is not used: the pipeline's consumer group is kafka.group_id" in caplog.text
+
+
+def test_a_pkcs1_client_key_is_refused_with_the_conversion_command(ca, tmp_path):
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_text("CERT")
+    key.write_text("-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n")
+    with pytest.raises(KafkaConnectionError, match="openssl pkcs8 -topk8"):
+        from_settings("k", {"bootstrap.servers": "b:1", "security.protocol": "SSL", "ssl.ca.location": ca,
+                            "ssl.certificate.location": str(cert), "ssl.key.location": str(key)})
+
+
+def test_secrets_file_is_private_and_removed(tmp_path):
+    path = write_secrets_file({"kafka.sasl.jaas.config": "x"})
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert read_secrets_file(str(path)) == {"kafka.sasl.jaas.config": "x"}
+    os.chmod(path, 0o644)
+    with pytest.raises(KafkaConnectionError, match=r"with mode 0600 \(it is mode 0o644"):
+        read_secrets_file(str(path))
+    remove_secrets_file(path)
+    assert not path.parent.exists()
+    with pytest.raises(KafkaConnectionError, match="does not exist"):
+        read_secrets_file(str(path))
+    link = tmp_path / "link.json"
+    target = tmp_path / "target.json"
+    target.write_text("{}")
+    os.chmod(target, 0o600)
+    link.symlink_to(target)
+    with pytest.raises(KafkaConnectionError, match="must be a regular file of this user"):
+        read_secrets_file(str(link))
+
+
+def test_a_version_2_job_spec_is_read_as_plaintext(tmp_path):
+    uri = tmp_path / "spec.json"
+    uri.write_text(json.dumps({"pipeline": "p", "batch_id": 1, "output_id": 1, "bootstrap": "b:1", "ranges": [],
+                               "sink": {"path": "/t"}, "version": 2}))
+    spec = JobSpec.load(str(uri))
+    assert spec.kafka_options == {} and spec.version == 3
+
+
+def test_failures_are_explained_without_secrets(ca):
+    from kafka import errors as kerr
+
+    cfg = from_settings("kafka_secure", _secured(ca, **{"bootstrap.servers": "127.0.0.1:1"}))
+    auth = explain(kerr.SaslAuthenticationFailedError("Authentication failed during authentication due to invalid "
+                                                      "credentials with SASL mechanism SCRAM-SHA-512"), cfg)
+    assert isinstance(auth, KafkaAuthError) and "authentication failed for user 'pipe'" in str(auth)
+    cert = explain(kerr.KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1"), cfg, ["SSL: CERTIFICATE_VERIFY_FAILED certificate verify failed"])
+    assert isinstance(cert, KafkaAuthError) and "set ssl.ca.location" in str(cert)
+    down = explain(kerr.KafkaTimeoutError("Unable to bootstrap from 127.0.0.1:1"), cfg)  # nothing listens on port 1
+    assert isinstance(down, KafkaUnreachableError) and "127.0.0.1:1" in str(down)
+    mech = explain(kerr.KafkaTimeoutError("Unable to bootstrap"), cfg,
+                   ["SaslHandshake failed: UnsupportedSaslMechanismError: [Error 33]"])
+    assert isinstance(mech, KafkaAuthError) and "does not enable SASL mechanism SCRAM-SHA-512" in str(mech)
+    key = explain(kerr.KafkaTimeoutError("Unable to bootstrap"), cfg, ["Handshake failed: [SSL] PEM lib (_ssl.c:3900)"])
+    assert isinstance(key, KafkaConnectionError) and "ssl.key.password" in str(key)
+    for err in (auth, cert, down, mech, key):
+        assert "kafka_secure" in str(err) and 'p"a' not in str(err)
+
+
+def _job_options(spec_options: dict, secrets: dict) -> dict:
+    import importlib.util
+
+    from offsetbatch.paths import PROJECT_ROOT
+
+    spec = importlib.util.spec_from_file_location("offsetbatch_job", PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    js = JobSpec(pipeline="p", batch_id=3, output_id=3, bootstrap="b:1", ranges=[], sink={"path": "/t"},
+                 kafka_options=spec_options)
+    return job.kafka_client_options(js, secrets)
+
+
+def test_the_job_joins_spec_options_and_secrets_and_refuses_a_mismatch():
+    jaas = {"kafka.sasl.jaas.config": "x"}
+    sasl = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"}
+    assert _job_options(sasl, jaas) == {**sasl, **jaas}
+    with pytest.raises(ConfigError, match="got no credentials"):
+        _job_options(sasl, {})
+    with pytest.raises(ConfigError, match="the Kafka connection changed after the batch was planned"):
+        _job_options({"kafka.security.protocol": "PLAINTEXT"}, jaas)
