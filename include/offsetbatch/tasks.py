@@ -33,7 +33,7 @@ from offsetbatch.model import Batch
 from offsetbatch.planner import RunInfo, plan_for_run
 from offsetbatch.run_request import RunRequest, from_params, run_interval
 from offsetbatch.reset import run_reset
-from offsetbatch.sinks import sink_for
+from offsetbatch.sinks import Sink, sink_for
 
 log = logging.getLogger(__name__)
 
@@ -77,22 +77,30 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datet
     sink = sink_for(cfg.name, cfg.sink)
     # Kafka first: a connection the broker refuses (credentials, certificate, ACLs) fails the task
     # before the ledger is even opened, so the ledger stays byte-identical.
-    with _kafka(cfg) as kafka, Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
-        ownership.check(cfg.name, ledger, sink)
-        if request.mode == "reset":
-            return _reset(cfg, ledger, request, kafka)
-        publish_pending(cfg, ledger)
-        run = RunInfo(dag_id, run_id, interval[0], interval[1], request, run_type)
-        result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
-        client = kafka.client
-        faults.checkpoint("plan.after_commit")
-        batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
-                    "ranges": [str(r) for r in b.ranges],
-                    "spec": write_spec(cfg, client, b) if result.needs_work else None}
-                   for b in result.batches]
-        return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
-                "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
-                "run_type": run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
+    with _kafka(cfg) as kafka:
+        kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # an ACL denial fails here, before the ledger
+        with Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
+            return _plan_with(cfg, ledger, kafka, sink, request, RunInfo(dag_id, run_id, interval[0], interval[1],
+                                                                          request, run_type), interval)
+
+
+def _plan_with(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, sink: Sink, request: RunRequest,
+               run: RunInfo, interval: tuple) -> dict:
+    """The plan (or reset) itself, once Kafka has accepted the pipeline's user and topics."""
+    ownership.check(cfg.name, ledger, sink)
+    if request.mode == "reset":
+        return _reset(cfg, ledger, request, kafka)
+    publish_pending(cfg, ledger)
+    result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
+    client = kafka.client
+    faults.checkpoint("plan.after_commit")
+    batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
+                "ranges": [str(r) for r in b.ranges],
+                "spec": write_spec(cfg, client, b) if result.needs_work else None}
+               for b in result.batches]
+    return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
+            "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
+            "run_type": run.run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
 
 
 def _iso(ts: datetime | None) -> str | None:

@@ -142,6 +142,7 @@ def test_each_misconfiguration_fails_the_plan_task_at_once_and_changes_nothing(s
     cfg = yaml.safe_load(p.config_path.read_text())
     cfg["kafka"]["topics"] = [p.topic, other]
     p.config_path.write_text(yaml.safe_dump(cfg))
+    before, digest = p.snapshot(), p.ledger_digest()  # doctor above may have opened the ledger
     out = p.run(BASE)
     out.assert_failed_with(f"the broker denied describing topic(s) {other}")
     assert "AirflowFailException" in out.output
