@@ -6,6 +6,7 @@ SHELL := /bin/bash
 
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
+	@echo "             make demo SINK=iceberg: its Iceberg variant (one snapshot per batch, read back with pyiceberg)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration)"
 	@echo "make bench   benchmarks (about 25 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
@@ -16,7 +17,7 @@ setup:
 	@scripts/setup.sh
 
 demo: setup
-	@scripts/demo.sh
+	@DEMO_SINK="$(SINK)" scripts/demo.sh
 
 test: setup
 	@. scripts/env.sh && scripts/run-tests.sh

@@ -241,7 +241,7 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
     )  # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
     if faults.active("job.kill_during_write"):
         _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt))
-    staged = sink.stage(spark, out, rejected, spec.batch_id, attempt)
+    staged = sink.stage(spark, out, rejected, spec.batch_id, attempt, output_id=spec.output_id)
     parsed.unpersist()
 
     manifest = Manifest(

@@ -91,8 +91,10 @@ def publish_pending(cfg: PipelineConfig, ledger: Ledger, current: int | None = N
                 continue
             if sink.owner() is None:  # the first publish records which ledger owns the output
                 sink.claim(ledger.identity)
-            sink.publish(batch_id, output_id, attempt)
-            for old in ledger.superseded_by(conn, cfg.name, batch_id):
+            superseded = ledger.superseded_by(conn, cfg.name, batch_id)
+            sink.publish(batch_id, output_id, attempt, superseded=superseded,
+                         kind=ledger.get_batch(cfg.name, batch_id, conn).kind)
+            for old in superseded:
                 sink.retire(old)
                 log.info("pipeline %s batch %d: output of superseded batch %d removed; batch %d re-read its ranges",
                          cfg.name, batch_id, old, batch_id)
@@ -146,6 +148,7 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
         )
     manifest = Manifest.load(manifest_uri)
     validate_manifest(batch, manifest, cfg.kafka.expect_offset_gaps)
+    sink.check_publishable(batch_id, batch.output_id, attempt)
     faults.checkpoint("commit.before_transaction")
 
     stats = dict(committed_attempt=attempt, rows_in=manifest.rows_in, rows_out=manifest.rows_out,

@@ -167,12 +167,14 @@ def _build(cfg: PipelineConfig, path: Path):
 
         @task(task_id="commit", outlets=[asset])
         def commit() -> dict:
+            from offsetbatch.airflow_errors import fail_without_retry
             from offsetbatch.tasks import commit_step
 
             ctx = get_current_context()
             planned = ctx["ti"].xcom_pull(task_ids="plan")
             attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
-            result = commit_step(load_config(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
+            with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
+                result = commit_step(load_config(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
             ctx["outlet_events"][asset].extra = result
             return result
 

@@ -15,6 +15,7 @@ the CLI maps the families below to its exit codes.
     │   ├── ManifestError        the job's manifest does not reconcile with the plan
     │   └── BatchStateError      the batch is not in a state that can be committed
     ├── SinkError                a sink cannot stage or publish (names the table)
+    │   └── SinkSchemaError      the batch's columns cannot go into the table (no retry helps)
     ├── LedgerError              (offsetbatch.ledger) lock timeouts, stale commits, bad ledgers
     └── ArtifactError            a cached Java artifact (connector jars) is missing
 """
@@ -66,6 +67,11 @@ class BatchStateError(CommitError):
 
 class SinkError(OffsetbatchError):
     """A sink could not stage or publish a batch's output; the message names the table."""
+
+
+class SinkSchemaError(SinkError):
+    """The batch's columns cannot go into the table (a type change the table cannot make): the
+    config or the transform must change, so the task fails without retries."""
 
 
 class ArtifactError(OffsetbatchError):

@@ -9,6 +9,14 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
     commit.before_copy        (postgres sink) inside the ledger transaction, after the batch row, the
                               frontier CAS and the DELETE of the batch's old rows, before the COPY
     commit.after_copy         (postgres sink) inside the ledger transaction, after the COPY, before COMMIT
+    commit.iceberg_metadata_written  (iceberg sink) inside the Iceberg commit: the new table metadata
+                              file is written, the catalog row not yet swapped to it
+    commit.after_iceberg_commit      (iceberg sink) after each table's snapshot commit (rows, then
+                              rejected records), before the ledger marks the batch published
+    commit.kafka_records_sent (kafka sink) every record of the batch sent and flushed inside its
+                              open Kafka transaction, before the marker and the transaction's commit
+    commit.after_kafka_commit (kafka sink) after the Kafka transaction committed, before the ledger
+                              marks the batch published
 
 A point fails by raising ``InjectedFault`` (the process unwinds: transactions roll back cleanly).
 ``point:kill`` instead SIGKILLs the process at that point, as the OOM killer or a lost node would:

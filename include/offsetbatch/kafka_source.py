@@ -178,6 +178,14 @@ class KafkaSource:
         specs = {KafkaTP(tp.topic, tp.partition): OffsetAndMetadata(o, "offsetbatch", -1) for tp, o in offsets.items()}
         self._retry(f"committing group {group_id}", lambda: self.admin.alter_group_offsets(group_id, specs))
 
+    def group_marker(self, group_id: str, tp: TopicPartition) -> tuple[int, str] | None:
+        """(offset, metadata) the group has committed on ``tp``, or ``None`` (the kafka sink's marker)."""
+        spec = {group_id: [KafkaTP(tp.topic, tp.partition)]}
+        res = self._retry(f"reading group {group_id}", lambda: self.admin.list_group_offsets(spec))
+        offs = res.get(group_id, res) if isinstance(res, dict) else res
+        om = offs.get(KafkaTP(tp.topic, tp.partition))
+        return None if om is None or om.offset is None or om.offset < 0 else (om.offset, om.metadata or "")
+
     def group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         res = self._retry(f"reading group {group_id}", lambda: self.admin.list_group_offsets({group_id: None}))
         offs = res.get(group_id, res) if isinstance(res, dict) else res

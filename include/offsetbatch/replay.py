@@ -25,6 +25,7 @@ from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch, OffsetRange, TopicPartition
 from offsetbatch.partitions import check_vanished
+from offsetbatch.sinks import sink_for
 
 log = logging.getLogger(__name__)
 
@@ -136,4 +137,5 @@ def replay_targets(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, bat
             raise RunRequestError(f"pipeline {cfg.name}: batch {b.batch_id} is {b.status} and cannot be replayed: "
                                f"{hint}. Nothing was changed.")
         targets[b.batch_id] = b
+    sink_for(cfg.name, cfg.sink).check_reread(sorted(targets), "a replay")
     return [targets[i] for i in sorted(targets)]

@@ -31,6 +31,7 @@ from offsetbatch.errors import RunRequestError
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Gap, TopicPartition
+from offsetbatch.sinks import sink_for
 from offsetbatch.run_request import MAX_RESET_SKIP, ResetTarget, RunRequest, check_reason
 
 log = logging.getLogger(__name__)
@@ -158,6 +159,8 @@ def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: 
             f"committed batch(es) {', '.join(map(str, sorted(superseded)))}. Set allow_rewind (CLI: --allow-rewind) "
             f"to supersede them: their output is replaced when the offsets are read again. Nothing was changed."
         )
+    if superseded:
+        sink_for(name, cfg.sink).check_reread(sorted(superseded), "a rewind")
     plan = ResetPlan(name, target.describe(), superseded=sorted(superseded))
     for tp, to in sorted(positions.items()):
         frontier = bounds[tp][1] if tp in bounds else None

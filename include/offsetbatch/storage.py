@@ -54,3 +54,12 @@ def files(uri: str, suffix: str = ".parquet") -> list[str]:
     if not fs.exists(path):
         return []
     return sorted(p for p in fs.find(path) if p.endswith(suffix))
+
+
+def parquet_schema(uri: str):
+    """The Arrow schema in a Parquet file's footer (the file's data is not read)."""
+    import pyarrow.parquet as pq
+
+    fs, path = _fs(uri)
+    with fs.open(path, "rb") as f:
+        return pq.read_schema(f)

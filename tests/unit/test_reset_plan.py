@@ -56,7 +56,8 @@ def ledger(tmp_path):
     led.dispose()
 
 
-CFG = SimpleNamespace(name="p", kafka=SimpleNamespace(topics=["t"], pattern=None), group_id="offsetbatch.p")
+CFG = SimpleNamespace(name="p", kafka=SimpleNamespace(topics=["t"], pattern=None), group_id="offsetbatch.p",
+                      sink={"path": "/tables/p"})
 
 
 def test_rewind_snaps_back_to_whole_batches_on_all_their_partitions(ledger):
@@ -168,3 +169,15 @@ def test_run_reset_refuses_a_reason_over_the_limit(ledger):
     """The CLI builds its request without from_params: run_reset checks the reason itself."""
     with pytest.raises(RunRequestError, match=r"^pipeline p: reason is 1,001 characters long"):
         _apply(ledger, FakeKafka(), ResetTarget("latest"), reason="z" * 1001)
+
+
+def test_a_rewind_over_a_kafka_topic_sink_is_refused_unless_republish(ledger):
+    kafka_sink = {"type": "kafka", "path": "/tables/p", "topic": "clean"}
+    cfg = SimpleNamespace(**{**vars(CFG), "sink": kafka_sink})
+    with ledger.reading() as conn, pytest.raises(RunRequestError, match=r"a rewind would re-read batch\(es\) 2, and a "
+                                                                        r"Kafka topic is append-only"):
+        plan_reset(cfg, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
+    cfg = SimpleNamespace(**{**vars(CFG), "sink": {**kafka_sink, "republish": True}})
+    with ledger.reading() as conn:
+        assert plan_reset(cfg, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}),
+                          allow_rewind=True).superseded == [2]

@@ -3,6 +3,9 @@
 Starts the local broker, resets the sample pipeline's own state (its topic, ledger rows, table),
 produces events over three simulated hours, runs three hourly DAG runs with ``airflow dags test``,
 prints the ledger and the output, and ends with the exactly-once check.
+
+``DEMO_SINK=iceberg`` (``make demo SINK=iceberg``) runs the Iceberg variant instead
+(``include/pipelines/iceberg``): the table is read back with pyiceberg, snapshot by snapshot.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from rich.console import Console
 
 from offsetbatch import report, storage
 from offsetbatch.config import load_config
-from offsetbatch.dag_factory import _config_path
+from offsetbatch.config import PIPELINES_DIR
 from offsetbatch.dev import verify
 from offsetbatch.dev.sample.producer import produce
 from offsetbatch.dev.stack.kafka_broker import KafkaBroker
@@ -27,6 +30,7 @@ from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import batches, events, frontier, gaps, ranges
 from offsetbatch.paths import local_dir
+from offsetbatch.sinks.iceberg.catalog import catalog_url
 from offsetbatch.status import pipeline_status
 
 console = Console(width=max(Console().width, 120))
@@ -39,6 +43,8 @@ def _reset(cfg, ledger: Ledger, bootstrap: str) -> None:
         for t in (ranges, batches, frontier, gaps, events):
             conn.execute(t.delete().where(t.c.pipeline == cfg.name))
     storage.remove(cfg.sink.path)
+    if cfg.sink.type == "iceberg":
+        _drop_iceberg_tables(cfg)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         present = set(admin.list_topics()) & set(cfg.kafka.topics)
@@ -51,11 +57,37 @@ def _reset(cfg, ledger: Ledger, bootstrap: str) -> None:
         admin.close()
 
 
+def _drop_iceberg_tables(cfg) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = SqlCatalog(cfg.sink.catalog_name, uri=catalog_url(cfg.sink, cfg.name))
+    try:
+        for ident in (cfg.sink.identifier, cfg.sink.rejected_identifier):
+            if catalog.table_exists(ident):
+                storage.remove(catalog.load_table(ident).location())
+                catalog.drop_table(ident)
+    finally:
+        catalog.engine.dispose()
+
+
+def _pipeline() -> str:
+    """The sample pipeline's config, or its Iceberg variant's (installed for this process and the
+    ``airflow dags test`` runs it starts)."""
+    if os.environ.get("DEMO_SINK", "") in ("", "files"):
+        return str(PIPELINES_DIR / "sample_events.yaml")
+    if os.environ["DEMO_SINK"] != "iceberg":
+        raise SystemExit(f"DEMO_SINK (make demo SINK=...) is 'files' or 'iceberg', not {os.environ['DEMO_SINK']!r}")
+    variant = PIPELINES_DIR / "iceberg"
+    os.environ["OFFSETBATCH_PIPELINES"] = os.pathsep.join(
+        [os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR)), str(variant)])
+    return str(variant / "sample_events_iceberg.yaml")
+
+
 def main() -> int:
     broker = KafkaBroker(port=int(os.environ.get("KAFKA_PORT", "9092")))
     took = broker.start()
     console.print(f"[bold]1.[/] Kafka broker ready on {broker.bootstrap} ({took:.1f}s)")
-    cfg = load_config(_config_path("sample_events"))
+    cfg = load_config(_pipeline())
     with Ledger.for_config(cfg, create=True) as ledger:  # the demo starts the sample pipeline afresh
         _reset(cfg, ledger, broker.bootstrap)
 
@@ -90,11 +122,24 @@ def main() -> int:
         console.print(report.batches_table(f"{cfg.name}: batches", st.batches))
         console.print(report.ranges_table(f"{cfg.name}: ranges [from, until)", list(reversed(st.batches))))
         console.print(report.status_table(st))
-        per_batch = verify.output_batches(cfg.sink.path)
-        console.print(f"   output rows per batch in {cfg.sink.path}: " + ", ".join(f"batch {k}: {v}" for k, v in sorted(per_batch.items())))
-
-        console.print("[bold]5.[/] Exactly-once check (output ids vs produced ids, rejected vs malformed offsets)")
-        result = verify.check(cfg.sink.path, produced.valid_ids, produced.malformed, ledger, cfg.name)
+        if cfg.sink.type == "iceberg":
+            url = catalog_url(cfg.sink, cfg.name)
+            table = verify.iceberg_table(url, ".".join(cfg.sink.identifier))
+            for snap in sorted(table.snapshots(), key=lambda s: s.sequence_number):
+                props = snap.summary.additional_properties
+                console.print(f"   snapshot {snap.snapshot_id} ({snap.summary.operation.value}): batch "
+                              f"{props.get('offsetbatch.batch-id')}, {props.get('offsetbatch.rows-out')} rows, ranges "
+                              f"{props.get('offsetbatch.ranges', '')[:100]}…")
+            console.print(f"[bold]5.[/] Exactly-once check of {'.'.join(cfg.sink.identifier)}, read with pyiceberg "
+                          f"(ids vs produced ids, {cfg.sink.table}_rejected vs malformed offsets)")
+            result = verify.check_iceberg(url, ".".join(cfg.sink.identifier), produced.valid_ids, produced.malformed,
+                                          ledger, cfg.name)
+        else:
+            per_batch = verify.output_batches(cfg.sink.path)
+            console.print(f"   output rows per batch in {cfg.sink.path}: "
+                          + ", ".join(f"batch {k}: {v}" for k, v in sorted(per_batch.items())))
+            console.print("[bold]5.[/] Exactly-once check (output ids vs produced ids, rejected vs malformed offsets)")
+            result = verify.check(cfg.sink.path, produced.valid_ids, produced.malformed, ledger, cfg.name)
         console.print(("   [green]" if result.ok else "   [red]") + result.summary() + "[/]")
     return 0 if result.ok else 1
 

@@ -102,16 +102,17 @@ def contiguity(ledger: Ledger, pipeline: str) -> list[str]:
     return errors
 
 
-def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
-          ledger: Ledger | None = None, pipeline: str | None = None) -> Report:
-    ids = output_ids(table)
+def _report(ids: list, rejected: list[tuple[int, int]] | None, valid_ids: set[str],
+            malformed: list[tuple[int, int]] | None, ledger: Ledger | None, pipeline: str | None) -> Report:
+    """Output ids against produced ids, rejected (partition, offset) pairs against the malformed
+    records', and the ledger's contiguity: one verdict for every sink."""
     counts = Counter(ids)
     report = Report(produced=len(valid_ids), output=len(ids))
     report.duplicates = {k: v for k, v in counts.items() if v > 1}
     report.missing = valid_ids - set(counts)
     report.unexpected = set(counts) - valid_ids
     if malformed is not None:
-        found = Counter(rejected_offsets(table))
+        found = Counter(rejected or [])
         report.rejected_expected = len(malformed)
         report.rejected_found = sum(found.values())
         report.rejected_duplicates = sum(1 for v in found.values() if v > 1)
@@ -119,6 +120,12 @@ def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | No
     if ledger is not None and pipeline is not None:
         report.contiguity_errors = contiguity(ledger, pipeline)
     return report
+
+
+def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
+          ledger: Ledger | None = None, pipeline: str | None = None) -> Report:
+    return _report(output_ids(table), rejected_offsets(table) if malformed is not None else None, valid_ids,
+                   malformed, ledger, pipeline)
 
 
 # ---- the postgres sink: the table is the read path ------------------------------------------------
@@ -151,18 +158,42 @@ def rows_per_batch(url: str, table: str) -> Counter:
 def check_table(url: str, table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
                 ledger: Ledger | None = None, pipeline: str | None = None) -> Report:
     """``check`` for a postgres sink: ids in ``table``, malformed records in ``<table>_rejected``."""
-    ids = [r[0] for r in table_rows(url, table, ["event_id"])]
-    counts = Counter(ids)
-    report = Report(produced=len(valid_ids), output=len(ids))
-    report.duplicates = {k: v for k, v in counts.items() if v > 1}
-    report.missing = valid_ids - set(counts)
-    report.unexpected = set(counts) - valid_ids
-    if malformed is not None:
-        found = Counter(table_rows(url, f"{table}_rejected", ["kafka_partition", "kafka_offset"]))
-        report.rejected_expected = len(malformed)
-        report.rejected_found = sum(found.values())
-        report.rejected_duplicates = sum(1 for v in found.values() if v > 1)
-        report.rejected_mismatch = len(set(found) ^ set(malformed))
-    if ledger is not None and pipeline is not None:
-        report.contiguity_errors = contiguity(ledger, pipeline)
-    return report
+    rejected = table_rows(url, f"{table}_rejected", ["kafka_partition", "kafka_offset"]) if malformed is not None else None
+    return _report([r[0] for r in table_rows(url, table, ["event_id"])], rejected, valid_ids, malformed, ledger, pipeline)
+
+
+# ---- the iceberg sink: read with pyiceberg (not the sink's code) -----------------------------------
+
+def iceberg_table(catalog_url: str, identifier: str, catalog_name: str = "offsetbatch"):
+    """The table as any pyiceberg user loads it (``None`` if it does not exist)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.exceptions import NoSuchTableError
+
+    catalog = SqlCatalog(catalog_name, uri=catalog_url)
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+    finally:
+        catalog.engine.dispose()
+
+
+def iceberg_rows(catalog_url: str, identifier: str, columns: list[str], snapshot_id: int | None = None,
+                 catalog_name: str = "offsetbatch") -> list[tuple]:
+    """Rows of the current (or a given) snapshot, through pyiceberg's scan to Arrow."""
+    table = iceberg_table(catalog_url, identifier, catalog_name)
+    if table is None:
+        return []
+    t = table.scan(selected_fields=tuple(columns), snapshot_id=snapshot_id).to_arrow()
+    return list(zip(*(t.column(c).to_pylist() for c in columns)))
+
+
+def check_iceberg(catalog_url: str, identifier: str, valid_ids: set[str],
+                  malformed: list[tuple[int, int]] | None = None, ledger: Ledger | None = None,
+                  pipeline: str | None = None, catalog_name: str = "offsetbatch") -> Report:
+    """``check`` for an iceberg sink: ids in the table's current snapshot, malformed records in
+    ``<table>_rejected``, both read with pyiceberg."""
+    ids = [r[0] for r in iceberg_rows(catalog_url, identifier, ["event_id"], catalog_name=catalog_name)]
+    rejected = (iceberg_rows(catalog_url, f"{identifier}_rejected", ["kafka_partition", "kafka_offset"],
+                             catalog_name=catalog_name) if malformed is not None else None)
+    return _report(ids, rejected, valid_ids, malformed, ledger, pipeline)

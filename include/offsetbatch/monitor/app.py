@@ -53,11 +53,17 @@ def _may_read(user, cfg: PipelineConfig, runs: bool = False) -> bool:
 def _locate(cfg: PipelineConfig, batches: list[dict]) -> list[dict]:
     """Where each batch's output and rejected records are, as the pipeline's sink says (at the sink
     path the batch was planned with)."""
+    by_path: dict[str, list[dict]] = {}
     for b in batches:
         path = b.pop("output_path", None)
-        where = sink_for(cfg.name, cfg.sink.model_copy(update={"path": path})).locations(b["output_id"]) if path else {}
-        b["output"] = where.get("data") or where.get("output")
-        b["rejected_output"] = where.get("rejected")
+        by_path.setdefault(path, []).append(b)
+    for path, group in by_path.items():
+        sink = sink_for(cfg.name, cfg.sink.model_copy(update={"path": path})) if path else None
+        found = sink.locations_of([b["output_id"] for b in group]) if sink else {}
+        for b in group:
+            where = found.get(b["output_id"], {})
+            b["output"] = where.get("data") or where.get("output")
+            b["rejected_output"] = where.get("rejected")
     return batches
 
 

@@ -11,12 +11,16 @@ from typing import Any
 
 from offsetbatch.sinks.base import Sink, SinkSettings, StagedOutput
 from offsetbatch.sinks.files import FilesSink
+from offsetbatch.sinks.iceberg import IcebergSink
+from offsetbatch.sinks.kafka import KafkaSink
 from offsetbatch.sinks.postgres import PostgresSink
 from offsetbatch.sinks.staging import StagingLayout
 
 SINKS: dict[str, type[Sink]] = {
     FilesSink.type: FilesSink,
     PostgresSink.type: PostgresSink,
+    IcebergSink.type: IcebergSink,
+    KafkaSink.type: KafkaSink,
 }
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -46,6 +46,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
+
+
+def absolute_location(v: str) -> str:
+    """A sink location: an absolute path or a URI (a relative path would depend on each task's
+    working directory), without a trailing ``/``."""
+    if "://" not in v and not v.startswith("/"):
+        raise ValueError(f"must be an absolute path or a URI, got {v!r}")
+    return v.rstrip("/")
 
 
 class SinkSettings(BaseModel):
@@ -60,9 +68,7 @@ class SinkSettings(BaseModel):
     @field_validator("path")
     @classmethod
     def _absolute(cls, v: str) -> str:
-        if "://" not in v and not v.startswith("/"):
-            raise ValueError(f"must be an absolute path or a URI, got {v!r}")
-        return v.rstrip("/")
+        return absolute_location(v)
 
     @classmethod
     def bind_ledger(cls, sink: dict, ledger: Any) -> dict:
@@ -96,18 +102,24 @@ class Sink(ABC):
     # ---- job half (Spark driver) ------------------------------------------------------------
 
     def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
-              attempt: str) -> StagedOutput:
+              attempt: str, output_id: int | None = None) -> StagedOutput:
         """Write one attempt's rows as Parquet into its own staging folder (overwriting a rerun of
         the same attempt). ``data`` is sub-partitioned by ``event_date`` when the sink has an
-        ``event_time_column``; ``rejected`` gets its batch id from the published folder name."""
+        ``event_time_column``; ``rejected`` gets its batch id from the published folder name.
+        ``output_id``: whose output the rows become (a replay's target), for sinks that store it."""
         from pyspark.sql import functions as F
 
-        data_dir = self.staging.staging_data(batch_id, attempt)
-        rejected_dir = self.staging.staging_rejected(batch_id, attempt)
         partition_by: list[str] = []
         if self.settings.event_time_column:
             data = data.withColumn("event_date", F.to_date(F.col(self.settings.event_time_column)))
             partition_by = ["event_date"]
+        return self.write_staged(spark, data, rejected, batch_id, attempt, partition_by)
+
+    def write_staged(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+                     attempt: str, partition_by: list[str]) -> StagedOutput:
+        """The Parquet write every sink's ``stage`` ends with."""
+        data_dir = self.staging.staging_data(batch_id, attempt)
+        rejected_dir = self.staging.staging_rejected(batch_id, attempt)
         data.write.mode("overwrite").partitionBy(*partition_by).parquet(data_dir)
         rejected.write.mode("overwrite").parquet(rejected_dir)
         data_files = storage.files(data_dir)
@@ -116,11 +128,23 @@ class Sink(ABC):
 
     # ---- commit half (commit task, under the pipeline lock) ---------------------------------
 
+    def check_reread(self, batch_ids: list[int], what: str) -> None:
+        """Called when planning ``what`` (a replay, a rewind) that re-reads committed batches: a sink
+        whose output cannot be replaced (an append-only topic) refuses (``RunRequestError``)."""
+
+    def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """Called by the commit before its ledger transaction: refuse (``SinkSchemaError``) an
+        attempt that ``publish`` could never publish, while the batch is still planned. After the
+        transaction such a batch would stay committed and unpublished for good."""
+
     @abstractmethod
-    def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
+    def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
+                kind: str = "") -> None:
         """Make batch ``batch_id``'s staged ``attempt`` the published output of ``output_id``,
         replacing what was there, and remove the batch's staging. Idempotent; a crash part-way is
-        finished by calling it again."""
+        finished by calling it again. ``superseded``: output ids the batch re-read (a rewind); a
+        sink with atomic snapshots removes them in the same one (``retire`` is called afterwards
+        either way). ``kind``: the batch's kind, for sinks that record it."""
 
     @abstractmethod
     def retire(self, output_id: int) -> None:
@@ -178,6 +202,11 @@ class Sink(ABC):
     def locations(self, output_id: int) -> dict[str, str]:
         """Where ``output_id``'s output and its marker are, for ``offsetbatch batch`` and the UI."""
         return {"output": self.describe(output_id)}
+
+    def locations_of(self, output_ids: list[int]) -> dict[int, dict[str, str]]:
+        """``locations`` of many outputs (a UI page); a sink whose markers live in a catalog reads
+        them once here."""
+        return {i: self.locations(i) for i in output_ids}
 
     # ---- read path --------------------------------------------------------------------------
 

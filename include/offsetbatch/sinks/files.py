@@ -15,7 +15,7 @@ that rename can see neither version of N; table formats with snapshots avoid tha
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch import storage
 from offsetbatch.jobspec import Manifest
@@ -55,7 +55,8 @@ class FilesSink(Sink):
         """The sink of an existing table folder (readers and tools that have no pipeline config)."""
         return cls(pipeline, SinkSettings(path=table))
 
-    def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
+    def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
+                kind: str = "") -> None:
         """Move the attempt's output into the table, replacing what was published before. Each step
         is a rename and the whole is idempotent. The batch's other attempts (crashed, or redundant
         re-executions of the same batch) are deleted; other batches' staging is not touched."""

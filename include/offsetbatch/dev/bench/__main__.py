@@ -115,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     docs.mkdir(parents=True, exist_ok=True)
     report.chart(ds, samples, costs, docs / "benchmarks.png")
     minutes = (time.monotonic() - started) / 60
-    (docs / "benchmarks.md").write_text(report.markdown(ds, samples, costs, dag_stats, command, minutes,
-                                                        "benchmarks.png"))
+    doc = docs / "benchmarks.md"
+    doc.write_text(report.with_sections_of(doc, report.markdown(ds, samples, costs, dag_stats, command, minutes,
+                                                                "benchmarks.png")))
     t = Table(title="ratios (medians)", title_justify="left")
     for col in ("ratio", "value"):
         t.add_column(col)

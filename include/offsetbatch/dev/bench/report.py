@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
@@ -123,3 +124,24 @@ def markdown(ds: Dataset, samples: dict[str, list[Sample]], costs: list[Cost], d
                              f"{statistics.median(c.commit for c in rows) * 1000:.0f} |")
     lines += ["", f"![throughput and plan/commit cost]({png})", ""]
     return "\n".join(lines)
+
+
+def write_section(doc: Path, name: str, lines: list[str]) -> None:
+    """Put ``lines`` into ``doc`` between ``<!-- name:begin -->`` and ``<!-- name:end -->``
+    (replacing an earlier run's section, or appended): standalone benchmarks keep their results
+    next to ``make bench``'s."""
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    section = "\n".join([begin, *lines, end])
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    text = (re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text, flags=re.S)
+            if begin in text else text.rstrip() + "\n\n" + section + "\n")
+    doc.write_text(text)
+
+
+def with_sections_of(doc: Path, text: str) -> str:
+    """``text`` (a new ``make bench`` report) followed by the standalone benchmarks' sections that
+    ``doc`` holds now, so rewriting the report does not drop them."""
+    old = doc.read_text() if doc.exists() else ""
+    sections = [m.group(0) for m in re.finditer(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", old, flags=re.S)]
+    return text.rstrip() + "".join("\n\n" + sec for sec in sections) + "\n" if sections else text
+

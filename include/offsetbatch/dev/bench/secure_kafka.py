@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import time
 from pathlib import Path
@@ -21,14 +20,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from offsetbatch.dev.bench import throughput
+from offsetbatch.dev.bench import report, throughput
 from offsetbatch.dev.bench.dataset import ensure_dataset
 from offsetbatch.dev.stack.kafka_broker import KafkaBroker
 from offsetbatch.kafka_connection import from_settings
 from offsetbatch.paths import PROJECT_ROOT, local_dir
-
-BEGIN, END = "<!-- secure-kafka:begin -->", "<!-- secure-kafka:end -->"
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m offsetbatch.dev.bench.secure_kafka", description=__doc__.splitlines()[0])
@@ -68,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(k, f"{med[k]:,.0f}", ", ".join(f"{s.seconds:.1f}" for s in v))
     console.print(table)
     console.print(f"SASL_SSL / PLAINTEXT throughput: {ratio:.2f}")
-    section = "\n".join([
-        BEGIN,
+    doc = Path(args.docs) / "benchmarks.md"
+    report.write_section(doc, "secure-kafka", [
         "## Kafka over SASL_SSL",
         "",
         f"`python -m offsetbatch.dev.bench.secure_kafka --records {args.records} --partitions {args.partitions} "
@@ -83,13 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"**SASL_SSL / PLAINTEXT: {ratio:.2f}×** (TLS encryption of every fetch; SCRAM costs one handshake per "
         f"connection).",
-        END,
     ])
-    doc = Path(args.docs) / "benchmarks.md"
-    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    text = (re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
-            if BEGIN in text else text.rstrip() + "\n\n" + section + "\n")
-    doc.write_text(text)
     console.print(f"written to {doc}")
     return 0
 

@@ -135,9 +135,11 @@ def peer(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
     return Sample(r["seconds"], wall, rss, r["records"])
 
 
-def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: str) -> tuple[Sample, dict]:
+def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: str,
+                  sink: dict | None = None) -> tuple[Sample, dict]:
     """``airflow dags test`` of the benchmark pipeline (plan + spark-submit + commit) on a fresh
-    ledger and table; returns the sample and the batch's ledger stats."""
+    ledger and table; returns the sample and the batch's ledger stats. ``sink``: settings other
+    than the files sink's (its ``path`` is always the run's table, the DAG's Asset URI)."""
     import yaml
 
     from offsetbatch.ledger import Ledger
@@ -147,7 +149,7 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
     root.mkdir(parents=True)
     cfg = {"name": "bench", "kafka": {"conn_id": "kafka_default", "topics": [ds.topic]}, "starting_policy": "earliest",
            "value": {"format": "json", "schema": SCHEMA, "required": ["event_id", "kind", "event_time"]},
-           "transform": {"sql": TRANSFORM}, "sink": {"path": str(root / "table"), "event_time_column": "event_time"},
+           "transform": {"sql": TRANSFORM}, "sink": {**(sink or {"event_time_column": "event_time"}), "path": str(root / "table")},
            "ledger": {"url": f"sqlite:///{root}/ledger.db"}, "spark": {"conf": spark_conf(driver_memory)},
            "airflow": {"retries": 0}}
     config = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "bench.yaml"

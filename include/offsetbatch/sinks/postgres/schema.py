@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from offsetbatch import storage
-from offsetbatch.errors import SinkError
+from offsetbatch.errors import SinkError, SinkSchemaError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -167,7 +167,7 @@ class TableSchema:
         changed = [(n, existing[n], t) for n, t in staged if n in existing and not compatible(existing[n], t)]
         if changed:
             n, was, now = changed[0]
-            raise SinkError(
+            raise SinkSchemaError(
                 f"{self._where(output_id)}: column {n!r} is {was} in the table but the batch's rows have {now}"
                 + (f" (and {len(changed) - 1} more column(s): {', '.join(c[0] for c in changed[1:])})" if len(changed) > 1 else "")
                 + f". Nothing was written and nothing committed; the batch stays planned. Cast {n} back to {was} in the "

@@ -58,7 +58,7 @@ class PostgresSink(TableSchema, Sink):
     # ---- job half --------------------------------------------------------------------------
 
     def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
-              attempt: str) -> StagedOutput:
+              attempt: str, output_id: int | None = None) -> StagedOutput:
         """Parquet as every sink stages, after checking the columns the table needs: each row must
         say which record it came from (the UNIQUE (kafka_topic, kafka_partition, kafka_offset)
         constraint), and ``batch_id`` is the sink's."""
@@ -79,7 +79,7 @@ class PostgresSink(TableSchema, Sink):
             raise SinkError(f"{self._where(batch_id)}: upsert key column(s) {', '.join(no_key)} are not in the "
                             f"transform's output ({', '.join(data.columns)}). Fix sink.key or the transform. Nothing "
                             f"was committed.")
-        return super().stage(spark, data, rejected, batch_id, attempt)
+        return super().stage(spark, data, rejected, batch_id, attempt, output_id)
 
     # ---- connections -------------------------------------------------------------------------
 

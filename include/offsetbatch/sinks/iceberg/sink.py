@@ -1,0 +1,297 @@
+"""``IcebergSink``: the seam's halves for an Iceberg table in a SQL catalog. The job half stages
+Parquet Iceberg can register (microsecond timestamps, a ``batch_id`` column, one partition per
+file); the commit half, after the ledger transaction, moves an attempt's files under the table's
+location and commits them as one snapshot that also removes the rows they replace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Sequence
+
+from offsetbatch import faults, storage
+from offsetbatch.errors import SinkError, SinkSchemaError
+from offsetbatch.jobspec import Manifest
+from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.iceberg import markers, schema
+from offsetbatch.sinks.iceberg.catalog import open_catalog, warehouse_uri
+from offsetbatch.sinks.iceberg.settings import IcebergSettings
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__package__)
+
+OWNER_PROPERTY = "offsetbatch.owner"
+AFTER_COMMIT = "commit.after_iceberg_commit"
+FOOTER_THREADS = 8  # Parquet footers read at once when registering a batch's files
+
+
+class IcebergSink(Sink):
+    type = "iceberg"
+    Settings = IcebergSettings
+
+    def __init__(self, pipeline: str, settings: IcebergSettings):
+        super().__init__(pipeline, settings)
+        self.settings: IcebergSettings = settings
+
+    @property
+    def table_name(self) -> str:
+        return ".".join(self.settings.identifier)
+
+    def _where(self, batch_id: int | None = None) -> str:
+        return (f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "")
+                + f", Iceberg table {self.table_name}")
+
+    # ---- job half --------------------------------------------------------------------------
+
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+              attempt: str, output_id: int | None = None) -> StagedOutput:
+        """Parquet Iceberg can register: timestamps as INT64 microseconds (Spark's default INT96 is
+        not an Iceberg type), the output id as ``batch_id`` in every row (a replay's files are found
+        and replaced by it), and the rows of each partition of ``partition_by`` in files of their own."""
+        from pyspark.sql import functions as F
+
+        if schema.BATCH_ID in data.columns:
+            raise SinkSchemaError(f"{self._where(batch_id)}: the transform's output has a column 'batch_id', which "
+                                  f"the iceberg sink fills itself with the batch id. Rename it in the transform. "
+                                  f"Nothing was committed.")
+        out_id = batch_id if output_id is None else output_id
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        data = data.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
+        rejected = rejected.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
+        data, hidden = schema.stage_partitions(data, self.settings.partitions, self._where(batch_id))
+        return self.write_staged(spark, data, rejected, batch_id, attempt, hidden)
+
+    # ---- commit half -------------------------------------------------------------------------
+
+    def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """Before the ledger transaction: a batch whose columns the table cannot take fails here,
+        while it is still planned (after the transaction it could never be published)."""
+        manifest = Manifest.load(self.staging.staging_manifest(batch_id, attempt))
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            for ident, files in ((self.settings.identifier, manifest.data_files),
+                                 (self.settings.rejected_identifier, manifest.rejected_files)):
+                table = _load(catalog, ident)
+                if table is not None and files:
+                    schema.check(table.schema(), storage.parquet_schema(files[0]),
+                                 f"pipeline {self.pipeline} batch {batch_id}, Iceberg table {'.'.join(ident)}")
+
+    def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
+                kind: str = "") -> None:
+        """One snapshot per table (rows, then rejected records) that adds the attempt's files and
+        removes the rows of ``output_id`` and of ``superseded`` batches. A table whose history
+        already has batch ``batch_id``'s snapshot is skipped, so a crash anywhere is finished by
+        calling this again; the staging folder goes last, so its manifest is there until both
+        tables are done."""
+        manifest_uri = self.staging.staging_manifest(batch_id, attempt)
+        if not storage.exists(manifest_uri):
+            log.info("%s: already published (its staging is gone)", self._where(batch_id))
+            return
+        manifest = Manifest.load(manifest_uri)
+        retired = sorted(set(superseded) - {output_id})
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            for ident, part, files in ((self.settings.identifier, "data", manifest.data_files),
+                                       (self.settings.rejected_identifier, "rejected", manifest.rejected_files)):
+                self._publish_table(catalog, ident, part, files, batch_id, output_id, attempt, kind, manifest, retired)
+                faults.checkpoint(AFTER_COMMIT)
+        storage.remove(self.staging.staging(batch_id))
+
+    def _publish_table(self, catalog: "SqlCatalog", ident: tuple[str, str], part: str, files: list[str],
+                       batch_id: int, output_id: int, attempt: str, kind: str, manifest: Manifest,
+                       retired: list[int]) -> None:
+        name = ".".join(ident)
+        where = f"pipeline {self.pipeline} batch {batch_id}, Iceberg table {name}"
+        table = _load(catalog, ident)
+        if table is not None and (done := markers.applied(table, batch_id)) is not None:
+            log.info("%s: already holds this batch (snapshot %d); not added again", where, done.snapshot_id)
+            return
+        replaced = [output_id, *retired]
+        deletes = _live_files(table, replaced) if table is not None else []
+        src = (self.staging.staging_data if part == "data" else self.staging.staging_rejected)(batch_id, attempt)
+        location = table.location() if table is not None else f"{warehouse_uri(self.settings.warehouse)}/{ident[0]}/{ident[1]}"
+        dst = f"{location}/data/batch_id={output_id}/attempt={attempt}"
+        if storage.exists(src):
+            storage.remove(dst)  # left by a crash between an earlier move and its commit
+            storage.move(src, dst)
+        marker = f"attempt={attempt}/{part}/"
+        paths = [f"{dst}/{f.rsplit(marker, 1)[1]}" for f in files]
+        if not paths and not deletes:
+            return  # nothing to add or remove (no rejected records, say): no snapshot
+        if table is None and not paths:
+            return
+        staged = storage.parquet_schema(paths[0]) if paths else None
+        if table is None:
+            from pyiceberg.table import TableProperties
+
+            catalog.create_namespace_if_not_exists(ident[0])
+            owner = Sink.owner(self)
+            tx = catalog.create_table_transaction(
+                ident, schema=schema.optional(staged), location=location,
+                properties={OWNER_PROPERTY: json.dumps(owner)} if owner else {})
+            tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                 tx.table_metadata.schema().name_mapping.model_dump_json()})
+            if part == "data":
+                schema.partition_spec(tx, self.settings.partitions)
+            changed = ["(new table)"]
+        else:
+            if staged is not None:
+                schema.check(table.schema(), staged, where)
+            tx = table.transaction()
+            changed = schema.evolve(tx, staged) if staged is not None else []
+        added = [f for f in _data_files(tx, paths) if f.record_count > 0]
+        props = markers.summary(self.pipeline, batch_id, output_id, kind, manifest, retired)
+        update = tx.update_snapshot(snapshot_properties=props)
+        with (update.overwrite() if deletes else update.fast_append()) as snapshot:
+            for f in deletes:
+                snapshot.delete_data_file(f)
+            for f in added:
+                snapshot.append_data_file(f)
+        tx.commit_transaction()
+        log.info("%s: snapshot %s adds %d file(s) (%d rows)%s%s", where, _current_id(catalog, ident), len(added),
+                 sum(f.record_count for f in added),
+                 f", removes {len(deletes)} file(s) of batch(es) {', '.join(map(str, replaced))}" if deletes else "",
+                 f"; columns changed: {', '.join(changed)}" if changed else "")
+
+    def retire(self, output_id: int) -> None:
+        """Remove a superseded batch's rows (normally already removed by the snapshot that re-read
+        them; this finds nothing then)."""
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            for ident in (self.settings.identifier, self.settings.rejected_identifier):
+                table = _load(catalog, ident)
+                deletes = _live_files(table, [output_id]) if table is not None else []
+                if not deletes:
+                    continue
+                tx = table.transaction()
+                with tx.update_snapshot(snapshot_properties=markers.retirement(self.pipeline, [output_id])) \
+                        .overwrite() as snapshot:
+                    for f in deletes:
+                        snapshot.delete_data_file(f)
+                tx.commit_transaction()
+
+    def is_published(self, output_id: int, attempt: str) -> bool:
+        marker = self._live().get(output_id)
+        return marker is not None and marker.attempt == attempt
+
+    def published_ids(self) -> list[int]:
+        return sorted(self._live())
+
+    def published_manifests(self) -> dict[int, Manifest]:
+        """From the snapshot summaries (ranges and counts; the file lists are the table's)."""
+        return {i: m.manifest() for i, m in sorted(self._live().items())}
+
+    def _live(self) -> dict[int, markers.Published]:
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            table = _load(catalog, self.settings.identifier)
+            return markers.live(table) if table is not None else {}
+
+    def owner(self) -> dict | None:
+        """The table's ``offsetbatch.owner`` property; before the table exists, the claim recorded
+        next to the staging area (the first publish copies it into the new table)."""
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            table = _load(catalog, self.settings.identifier)
+            if table is not None and OWNER_PROPERTY in table.properties:
+                return json.loads(table.properties[OWNER_PROPERTY])
+        return super().owner()
+
+    def claim(self, ledger_id: str) -> None:
+        super().claim(ledger_id)
+        owner = {"ledger_id": ledger_id, "pipeline": self.pipeline,
+                 "claimed_at": datetime.now(timezone.utc).isoformat()}
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            table = _load(catalog, self.settings.identifier)
+            if table is not None:
+                table.transaction().set_properties(**{OWNER_PROPERTY: json.dumps(owner)}).commit_transaction()
+
+    def describe(self, output_id: int) -> str:
+        return f"Iceberg table {self.settings.catalog_name}.{self.table_name}"
+
+    def locations(self, output_id: int) -> dict[str, str]:
+        """The table and the snapshot that holds ``output_id``'s rows now (``offsetbatch batch``)."""
+        return self.locations_of([output_id])[output_id]
+
+    def locations_of(self, output_ids: list[int]) -> dict[int, dict[str, str]]:
+        table_name = f"{self.settings.catalog_name}.{self.table_name}"
+        out = {i: {"table": table_name, "output": table_name} for i in output_ids}
+        try:
+            with open_catalog(self.settings, self.pipeline) as catalog:
+                for key, ident in (("snapshot", self.settings.identifier),
+                                   ("rejected_snapshot", self.settings.rejected_identifier)):
+                    table = _load(catalog, ident)
+                    live = markers.live(table) if table is not None else {}
+                    for i in output_ids:
+                        if i in live:
+                            out[i][key] = str(live[i].snapshot_id)
+                            if key == "snapshot":
+                                out[i]["output"] = f"{table_name} @ snapshot {live[i].snapshot_id}"
+                        if key == "snapshot" and table is not None:
+                            out[i]["location"] = table.location()
+        except SinkError as exc:
+            for i in output_ids:
+                out[i]["error"] = str(exc)
+        return out
+
+    # ---- read path --------------------------------------------------------------------------
+
+    def read_committed(self, spark: "SparkSession") -> "DataFrame":
+        """The current snapshot's files through Spark's Parquet source (Spark 4.3 has no Iceberg
+        runtime), with the table's schema: columns added later read as null in older files."""
+        return self._read(spark, self.settings.identifier)
+
+    def read_rejected(self, spark: "SparkSession") -> "DataFrame":
+        return self._read(spark, self.settings.rejected_identifier)
+
+    def _read(self, spark: "SparkSession", ident: tuple[str, str]) -> "DataFrame":
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        with open_catalog(self.settings, self.pipeline) as catalog:
+            table = _load(catalog, ident)
+            if table is None:
+                raise SinkError(f"{self._where()}: {'.'.join(ident)} does not exist yet (no batch published)")
+            struct = from_arrow_schema(schema_to_pyarrow(table.schema(), include_field_ids=False))
+            paths = [t.file.file_path for t in table.scan().plan_files()]
+        if not paths:
+            return spark.createDataFrame([], struct)
+        return spark.read.schema(struct).parquet(*paths)
+
+
+def _load(catalog: "SqlCatalog", ident: tuple[str, str]) -> "Table | None":
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        return catalog.load_table(ident)
+    except NoSuchTableError:
+        return None
+
+
+def _current_id(catalog: "SqlCatalog", ident: tuple[str, str]) -> int | None:
+    snapshot = catalog.load_table(ident).current_snapshot()
+    return snapshot.snapshot_id if snapshot else None
+
+
+def _live_files(table: "Table", output_ids: list[int]) -> list:
+    """Data files of the current snapshot holding rows of ``output_ids`` (every file holds one
+    batch's rows, so the column bounds select whole files)."""
+    from pyiceberg.expressions import In
+
+    if table.current_snapshot() is None:
+        return []
+    return [task.file for task in table.scan(row_filter=In(schema.BATCH_ID, output_ids)).plan_files()]
+
+
+def _data_files(tx, paths: list[str]) -> list:
+    """``DataFile`` entries (statistics, partition values) of Parquet files, read from their
+    footers in parallel: the part of ``add_files`` that does not commit."""
+    from pyiceberg.io.pyarrow import parquet_file_to_data_file
+
+    if not paths:
+        return []
+    io, metadata = tx._table.io, tx.table_metadata
+    with ThreadPoolExecutor(min(FOOTER_THREADS, len(paths))) as pool:
+        return list(pool.map(lambda p: parquet_file_to_data_file(io, metadata, p), paths))

@@ -1,0 +1,281 @@
+"""``KafkaSink``: the seam's halves for a Kafka topic. The job half serializes each row's key and
+JSON value in Spark (``to_json``, vectorized) and stages them as Parquet with the source record's
+coordinates; the commit half, after the ledger transaction, publishes them in one Kafka
+transaction together with the marker that proves the batch is in.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Sequence
+
+from offsetbatch import faults, storage
+from offsetbatch.errors import SinkError
+from offsetbatch.jobspec import Manifest
+from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.files import TableLayout
+from offsetbatch.sinks.kafka.settings import KafkaSinkSettings
+
+if TYPE_CHECKING:
+    from kafka import KafkaProducer
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__package__)
+
+RECORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")
+KEY, VALUE = "_key", "_value"
+SENT = "commit.kafka_records_sent"
+AFTER_COMMIT = "commit.after_kafka_commit"
+MARKER_PARTITION = 0
+
+
+class KafkaSink(Sink):
+    type = "kafka"
+    Settings = KafkaSinkSettings
+
+    def __init__(self, pipeline: str, settings: KafkaSinkSettings):
+        super().__init__(pipeline, settings)
+        self.settings: KafkaSinkSettings = settings
+        self.layout = self.staging = TableLayout(settings.path)  # rejected records: <path>/_rejected/batch_id=N
+        self.timings: dict[str, float] = {}  # the last publish's seconds per step (log line, benchmark)
+
+    @property
+    def transactional_id(self) -> str:
+        """One per pipeline and output topic: a new producer fences any older one (a zombie task)."""
+        return f"offsetbatch.{self.pipeline}.{self.settings.topic}"
+
+    @property
+    def marker_group(self) -> str:
+        """The consumer group whose committed offset on the output topic's partition 0, written in
+        each publish's transaction, names the last batch published (nobody consumes with it)."""
+        return f"offsetbatch.{self.pipeline}.published"
+
+    def _where(self, batch_id: int | None = None) -> str:
+        return (f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "")
+                + f", topic {self.settings.topic}")
+
+    # ---- job half --------------------------------------------------------------------------
+
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+              attempt: str, output_id: int | None = None) -> StagedOutput:
+        """Each row's key and JSON value, serialized by Spark, with the source record's
+        coordinates (headers and the order of publication)."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import BinaryType
+
+        cols = data.columns
+        missing = [c for c in (*RECORD_COLUMNS, *self.settings.key, *self.settings.value) if c not in cols]
+        if missing:
+            raise SinkError(f"{self._where(batch_id)}: the transform's output lacks {', '.join(missing)}; the kafka "
+                            f"sink needs kafka_topic, kafka_partition and kafka_offset (the headers and the order of "
+                            f"publication) and the sink's key/value columns. Fix the transform's SELECT list or "
+                            f"sink.key/sink.value. Nothing was committed; the batch stays planned.")
+        value_cols = self.settings.value or [c for c in cols if c not in RECORD_COLUMNS]
+        keys = self.settings.key
+        if not keys:
+            key = F.lit(None).cast("string")
+        elif len(keys) == 1:
+            key = F.col(keys[0]) if isinstance(data.schema[keys[0]].dataType, BinaryType) else F.col(keys[0]).cast("string")
+        else:
+            key = F.to_json(F.struct(*keys))
+        staged = data.select(key.alias(KEY), F.to_json(F.struct(*value_cols)).alias(VALUE), *RECORD_COLUMNS)
+        return self.write_staged(spark, staged, rejected, batch_id, attempt, [])
+
+    # ---- commit half -------------------------------------------------------------------------
+
+    def check_reread(self, batch_ids: list[int], what: str) -> None:
+        """A topic is append-only: re-reading committed batches publishes their records again."""
+        if not self.settings.republish:
+            from offsetbatch.errors import RunRequestError
+
+            raise RunRequestError(
+                f"{self._where()}: {what} would re-read batch(es) {', '.join(map(str, batch_ids))}, and a Kafka topic "
+                f"is append-only: their records would be in {self.settings.topic} twice. Nothing was changed. If the "
+                f"topic's consumers can tell a republished record apart (header offsetbatch.republish-of), set "
+                f"sink.republish: true and trigger it again.")
+
+    def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """A replay planned before ``republish`` was turned off is refused here, still planned."""
+        if output_id != batch_id and not self.settings.republish:
+            from offsetbatch.errors import SinkSchemaError
+
+            raise SinkSchemaError(
+                f"{self._where(batch_id)}: this batch re-reads batch {output_id}'s offsets and sink.republish is "
+                f"false: its records would be in the topic twice. Nothing was committed. Set sink.republish: true, "
+                f"or leave the batch planned.")
+
+    def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
+                kind: str = "") -> None:
+        """One Kafka transaction: the batch's records in source-offset order, the rejected ones to
+        the dead-letter topic if there is one, and the marker (the marker group's offset = the batch
+        id). ``init_transactions`` first aborts a killed predecessor's open transaction (or waits
+        for its commit to finish), so the marker read after it is final: a batch it names is never
+        published again."""
+        manifest_uri = self.staging.staging_manifest(batch_id, attempt)
+        if not storage.exists(manifest_uri):
+            log.info("%s: already published (its staging is gone)", self._where(batch_id))
+            return
+        manifest = Manifest.load(manifest_uri)
+        from kafka.structs import OffsetAndMetadata, TopicPartition
+
+        producer = self._producer()
+        try:
+            t0 = time.monotonic()
+            producer.init_transactions()
+            marker = self.last_published()
+            if marker is not None and marker["batch_id"] == batch_id:
+                log.info("%s: already in the topic (marker of group %s names it); not published again",
+                         self._where(batch_id), self.marker_group)
+            else:
+                producer.begin_transaction()
+                sent = self._send(producer, manifest.data_files, batch_id, output_id, republish=output_id != batch_id
+                                  or bool(superseded))
+                rejected = 0
+                if self.settings.dead_letter_topic:
+                    rejected = self._send_rejected(producer, manifest.rejected_files, batch_id)
+                t_flush = time.monotonic()
+                producer.flush()
+                faults.checkpoint(SENT)
+                meta = json.dumps({"batch_id": batch_id, "output_id": output_id, "attempt": attempt, "kind": kind,
+                                   "records": sent}, separators=(",", ":"))
+                producer.send_offsets_to_transaction(
+                    {TopicPartition(self.settings.topic, MARKER_PARTITION): OffsetAndMetadata(batch_id, meta, -1)},
+                    self.marker_group)
+                producer.commit_transaction()
+                seconds = time.monotonic() - t0
+                self.timings["flush_and_commit"] = time.monotonic() - t_flush
+                log.info("%s: %d record(s)%s published in one transaction (%.1fs, %.0f records/s; %s)",
+                         self._where(batch_id), sent, f" and {rejected} rejected to {self.settings.dead_letter_topic}"
+                         if self.settings.dead_letter_topic else "", seconds, sent / seconds if seconds else 0,
+                         ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
+            faults.checkpoint(AFTER_COMMIT)
+        finally:
+            producer.close()
+        if not self.settings.dead_letter_topic:
+            self._publish_rejected(batch_id, output_id, attempt)
+        storage.remove(self.staging.staging(batch_id))
+
+    def _producer(self) -> "KafkaProducer":
+        from kafka import KafkaProducer
+
+        from offsetbatch.kafka_connection import from_connection
+
+        client = from_connection(self.settings.conn_id)
+        return KafkaProducer(**client.kafka_python(), transactional_id=self.transactional_id,
+                             enable_idempotence=True, acks="all", max_block_ms=120_000,
+                             **self.settings.producer_kwargs())
+
+    def _rows(self, files: list[str], columns: list[str]):
+        """The staged rows, sorted by source topic, partition and offset (the order they are sent)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(f, columns=columns) for f in files]
+        if not tables:
+            return None
+        table = pa.concat_tables(tables)
+        return table.sort_by([(c, "ascending") for c in RECORD_COLUMNS])
+
+    def _send(self, producer: "KafkaProducer", files: list[str], batch_id: int, output_id: int,
+              republish: bool) -> int:
+        t0 = time.monotonic()
+        table = self._rows(files, [KEY, VALUE, *RECORD_COLUMNS])
+        self.timings["read_and_sort"] = time.monotonic() - t0
+        if table is None or table.num_rows == 0:
+            return 0
+        topic = self.settings.topic
+        partitions = sorted(producer.partitions_for(topic) or [])
+        if not partitions:
+            raise SinkError(f"{self._where(batch_id)}: the output topic has no partitions the producer can see. Create "
+                            f"it (or check the connection's ACLs), then clear the commit task.")
+        by_source = self.settings.partitioned_by == "source"
+        batch_header = ("offsetbatch.batch-id", str(output_id).encode())
+        extra = [("offsetbatch.republish-of", str(output_id).encode())] if republish else []
+        topics: dict[str, bytes] = {}
+        sent = 0
+        for key, value, src_topic, src_part, src_offset in zip(*(table.column(c).to_pylist() for c in
+                                                                  (KEY, VALUE, *RECORD_COLUMNS))):
+            headers = [("offsetbatch.source", topics.setdefault(src_topic, src_topic.encode())),
+                       ("offsetbatch.partition", str(src_part).encode()),
+                       ("offsetbatch.offset", str(src_offset).encode()), batch_header, *extra]
+            producer.send(topic, value=value.encode() if isinstance(value, str) else value,
+                          key=key.encode() if isinstance(key, str) else key, headers=headers,
+                          partition=partitions[src_part % len(partitions)] if by_source else None)
+            sent += 1
+        self.timings["send"] = time.monotonic() - t0 - self.timings["read_and_sort"]
+        return sent
+
+    def _send_rejected(self, producer: "KafkaProducer", files: list[str], batch_id: int) -> int:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tables = [pq.read_table(f) for f in files]
+        if not tables:
+            return 0
+        table = pa.concat_tables(tables)
+        n = 0
+        for row in table.to_pylist():
+            headers = [("offsetbatch.source", str(row["kafka_topic"]).encode()),
+                       ("offsetbatch.partition", str(row["kafka_partition"]).encode()),
+                       ("offsetbatch.offset", str(row["kafka_offset"]).encode()),
+                       ("offsetbatch.batch-id", str(batch_id).encode()),
+                       ("offsetbatch.error", str(row["error"]).encode())]
+            producer.send(self.settings.dead_letter_topic, value=row["raw_value"], key=row.get("kafka_key"),
+                          headers=headers)
+            n += 1
+        return n
+
+    def _publish_rejected(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """Rejected records as Parquet under ``<path>/_rejected/batch_id=N`` (a rename; idempotent)."""
+        src, dst = self.layout.staging_rejected(batch_id, attempt), self.layout.rejected(output_id)
+        if storage.exists(src):
+            storage.remove(dst)
+            storage.move(src, dst)
+
+    def last_published(self) -> dict | None:
+        """The marker: what the last committed publish transaction says it published."""
+        from offsetbatch.kafka_connection import from_connection
+        from offsetbatch.kafka_source import KafkaSource
+        from offsetbatch.model import TopicPartition
+
+        with KafkaSource(from_connection(self.settings.conn_id)) as kafka:
+            found = kafka.group_marker(self.marker_group, TopicPartition(self.settings.topic, MARKER_PARTITION))
+        return json.loads(found[1]) if found and found[1] else None
+
+    def retire(self, output_id: int) -> None:
+        """Kafka is append-only: a superseded batch's records stay in the topic (``republish``)."""
+        storage.remove(self.layout.rejected(output_id))
+
+    def is_published(self, output_id: int, attempt: str) -> bool:
+        marker = self.last_published()
+        return marker is not None and marker["output_id"] == output_id and marker["attempt"] == attempt
+
+    def published_ids(self) -> list[int]:
+        """Only the last one is known to Kafka (the marker); the ledger has the history."""
+        marker = self.last_published()
+        return [marker["output_id"]] if marker else []
+
+    def describe(self, output_id: int) -> str:
+        return f"Kafka topic {self.settings.topic}"
+
+    def locations(self, output_id: int) -> dict[str, str]:
+        return {"output": f"topic {self.settings.topic}", "topic": self.settings.topic,
+                **({"dead_letter_topic": self.settings.dead_letter_topic} if self.settings.dead_letter_topic
+                   else {"rejected": self.layout.rejected(output_id)})}
+
+    # ---- read path --------------------------------------------------------------------------
+
+    def read_committed(self, spark: "SparkSession") -> "DataFrame":
+        """The output topic through Spark's Kafka source with ``kafka.isolation.level=read_committed``:
+        aborted transactions (a crashed publish) never show."""
+        from offsetbatch.kafka_connection import from_connection
+
+        opts = from_connection(self.settings.conn_id).spark_options()
+        return (spark.read.format("kafka").options(**opts).option("subscribe", self.settings.topic)
+                .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest").load())
+
+    def read_rejected(self, spark: "SparkSession") -> "DataFrame":
+        return spark.read.parquet(self.layout.rejected_root())
+

@@ -1,0 +1,169 @@
+"""The kafka sink with the real broker, Spark and Airflow: each batch's records published in one
+Kafka transaction with its marker (docs/architecture.md, *The Kafka sink*). The output is read
+with kafka-python consumers in ``read_committed`` and ``read_uncommitted`` mode, not with the
+sink's code.
+
+DAG runs are few (6 in all): the crash cases drive the commit task's own code
+(``tasks.commit_step``) in a subprocess against a batch a real run planned and staged.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+BASE = datetime(2026, 11, 4, tzinfo=timezone.utc)
+H = timedelta(hours=1)
+OUT_PARTITIONS = 3
+COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.tasks import commit_step\n"
+          "print(commit_step(load_config(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
+TRANSFORM = "SELECT event_id, kind, user_id, event_time, kafka_topic, kafka_partition, kafka_offset FROM records"
+
+
+def _pipeline(make_pipeline, kafka_broker, **sink):
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    p = make_pipeline(transform={"sql": TRANSFORM}, sink={"event_time_column": None, "type": "kafka",
+                                                          "topic": "placeholder", **sink})
+    out = f"out-{p.topic}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(out, OUT_PARTITIONS, 1)])
+    finally:
+        admin.close()
+    import yaml
+
+    from offsetbatch.config import load_config
+
+    cfg = yaml.safe_load(p.config_path.read_text())
+    cfg["sink"]["topic"] = out
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    p.cfg = load_config(p.config_path)
+    return p, out
+
+
+def _read(bootstrap: str, topic: str, isolation: str) -> list:
+    """Every record of ``topic`` a consumer in ``isolation`` mode gets, up to the end it may read."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level=isolation)
+    try:
+        tps = [TopicPartition(topic, i) for i in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)  # read_committed: the last stable offset
+        out = []
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for _, msgs in consumer.poll(timeout_ms=2000).items():
+                out.extend(msgs)
+        return out
+    finally:
+        consumer.close()
+
+
+def _check_exactly_once_in_order(p, records) -> None:
+    """Every valid record of a committed batch exactly once, and per source partition in offset order."""
+    ids = Counter(json.loads(r.value)["event_id"] for r in records)
+    assert not [i for i, n in ids.items() if n > 1], "duplicates"
+    read = {(r.partition, o) for b in p.ledger.list_batches(p.name, 100) if b.status == "committed"
+            for r in b.ranges for o in range(r.from_offset, r.until_offset)}
+    assert set(ids) == {i for po, i in p.produced.items() if i and po in read}
+    by_source: dict[tuple[int, int], list[int]] = {}
+    for r in records:
+        h = dict(r.headers)
+        assert int(h["offsetbatch.partition"]) % OUT_PARTITIONS == r.partition  # partitioning: source
+        by_source.setdefault((r.partition, int(h["offsetbatch.partition"])), []).append(int(h["offsetbatch.offset"]))
+    for offsets in by_source.values():
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+def _staged_attempt(p, batch_id: int) -> str:
+    found = list(Path(p.table, "_offsetbatch", "staging", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
+    assert len(found) == 1, found
+    return found[0].parent.name.removeprefix("attempt=")
+
+
+def _commit(p, batch_id: int, attempt: str, faults: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in p.env.items() if k != "OFFSETBATCH_FAULTS"}
+    if faults:
+        env["OFFSETBATCH_FAULTS"] = faults
+    return subprocess.run([sys.executable, "-c", COMMIT, str(p.config_path), str(batch_id), attempt], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_hourly_kill9_with_the_transaction_open_and_after_its_commit(make_pipeline, kafka_broker):
+    p, out = _pipeline(make_pipeline, kafka_broker, partitioning="source")
+    p.produce(1200, start=BASE, hours=2)
+
+    first = p.run(BASE)
+    assert first.ok, first.output[-4000:]
+    committed_1 = _read(p.bootstrap, out, "read_committed")
+    _check_exactly_once_in_order(p, committed_1)
+
+    crashed = p.run(BASE + H, faults="commit.before_transaction")
+    crashed.assert_failed_with("injected fault at commit.before_transaction")
+    attempt = _staged_attempt(p, 2)
+
+    # kill -9 with the transaction open (every record sent and flushed, not committed)
+    res = _commit(p, 2, attempt, "commit.kafka_records_sent:kill")
+    assert res.returncode == -signal.SIGKILL, res.stdout[-3000:] + res.stderr[-3000:]
+    assert p.ledger.get_batch(p.name, 2).stats["published_at"] is None
+    uncommitted = _read(p.bootstrap, out, "read_uncommitted")
+    rows_2 = p.ledger.get_batch(p.name, 2).stats["rows_out"]
+    assert len(uncommitted) == len(committed_1) + rows_2  # a read_uncommitted consumer sees the open transaction
+    assert len(_read(p.bootstrap, out, "read_committed")) == len(committed_1)  # a read_committed one does not
+
+    # the rerun fences the dead producer (its transaction is aborted), publishes, and dies after the
+    # Kafka commit, before the ledger marks the batch published
+    res = _commit(p, 2, attempt, "commit.after_kafka_commit:kill")
+    assert res.returncode == -signal.SIGKILL, res.stdout[-3000:] + res.stderr[-3000:]
+    assert p.ledger.get_batch(p.name, 2).stats["published_at"] is None
+
+    # the next rerun finds the marker: nothing is sent again
+    res = _commit(p, 2, attempt)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "not published again" in res.stdout + res.stderr
+    assert p.ledger.get_batch(p.name, 2).stats["published_at"] is not None
+    committed = _read(p.bootstrap, out, "read_committed")
+    _check_exactly_once_in_order(p, committed)
+    assert len(committed) == len(committed_1) + rows_2
+    # read_uncommitted: the aborted copy of batch 2 is there too (why consumers must use read_committed)
+    dup = Counter(json.loads(r.value)["event_id"] for r in _read(p.bootstrap, out, "read_uncommitted"))
+    assert sum(1 for n in dup.values() if n == 2) == rows_2
+
+    # malformed records as Parquet under <path>/_rejected, batch by batch
+    from offsetbatch.dev import verify
+
+    committed_ranges = [r for b in p.ledger.list_batches(p.name, 10) if b.status == "committed" for r in b.ranges]
+    assert sorted(verify.rejected_offsets(p.table)) == sorted(
+        po for po in p.malformed() if any(r.partition == po[0] and r.from_offset <= po[1] < r.until_offset
+                                          for r in committed_ranges))
+
+    # a replay would append batch 1 again: refused when planning, naming the way out
+    replay = p.run(None, conf={"mode": "replay", "batch_ids": "1", "reason": "test"})
+    replay.assert_failed_with("a Kafka topic is append-only")
+    assert "sink.republish: true" in replay.output and "AirflowFailException" in replay.output
+
+
+def test_a_broker_restart_between_runs(make_pipeline, kafka_broker):
+    p, out = _pipeline(make_pipeline, kafka_broker, key=["user_id"])
+    p.produce(600, start=BASE, hours=2)
+    assert p.run(BASE).ok
+    kafka_broker.stop(hard=True)  # a crash: the transaction coordinator state comes back from the log
+    kafka_broker.start()
+    second = p.run(BASE + H)
+    assert second.ok, second.output[-4000:]
+    records = _read(p.bootstrap, out, "read_committed")
+    ids = Counter(json.loads(r.value)["event_id"] for r in records)
+    read = {(r.partition, o) for b in p.ledger.list_batches(p.name, 100) for r in b.ranges
+            for o in range(r.from_offset, r.until_offset)}
+    assert ids == Counter({i: 1 for po, i in p.produced.items() if i and po in read})
+    assert all(r.key == str(json.loads(r.value)["user_id"]).encode() for r in records if json.loads(r.value)["user_id"] is not None)
