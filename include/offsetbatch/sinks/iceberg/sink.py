@@ -123,8 +123,6 @@ class IcebergSink(Sink):
         paths = [f"{dst}/{f.rsplit(marker, 1)[1]}" for f in files]
         if not paths and not deletes:
             return  # nothing to add or remove (no rejected records, say): no snapshot
-        if table is None and not paths:
-            return
         staged = storage.parquet_schema(paths[0]) if paths else None
         if table is None:
             from pyiceberg.table import TableProperties

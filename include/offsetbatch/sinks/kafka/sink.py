@@ -197,7 +197,9 @@ class KafkaSink(Sink):
         sent = 0
         for key, value, src_topic, src_part, src_offset in zip(*(table.column(c).to_pylist() for c in
                                                                   (KEY, VALUE, *RECORD_COLUMNS))):
-            headers = [("offsetbatch.source", topics.setdefault(src_topic, src_topic.encode())),
+            if src_topic not in topics:
+                topics[src_topic] = src_topic.encode()
+            headers = [("offsetbatch.source", topics[src_topic]),
                        ("offsetbatch.partition", str(src_part).encode()),
                        ("offsetbatch.offset", str(src_offset).encode()), batch_header, *extra]
             producer.send(topic, value=value.encode() if isinstance(value, str) else value,
