@@ -6,8 +6,11 @@ It reads the ranges with Spark's Kafka source (``assign`` + per-partition ``star
 ``endingOffsets``, ``failOnDataLoss``), keeps Kafka metadata as ``kafka_*`` columns, parses values
 with the pipeline's value format (``offsetbatch.formats``), routes malformed records to the
 rejected output, applies the transform and hands both to the sink's job half
-(``offsetbatch.sinks``), which stages them in this attempt's own folder. The manifest, written
-last, says per range what was read; the commit task checks it. This job never touches the ledger.
+(``offsetbatch.sinks``), which stages them in this attempt's own folder. One pass: Kafka is read
+and each value parsed once, by the data write; the per-range statistics, the offset check and the
+(rare) rejected records are observed on the way (``offsetbatch.job_stats``), nothing is cached and
+nothing written is read back. The manifest, written last, says per range what was read; the commit
+task checks it. This job never touches the ledger.
 """
 
 from __future__ import annotations
@@ -23,25 +26,23 @@ import sys
 import threading
 import time
 
-from pyspark import StorageLevel
+from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from offsetbatch import faults, storage
-from offsetbatch.errors import ConfigError, OffsetbatchError
+from offsetbatch import faults, job_stats, storage
+from offsetbatch.errors import ConfigError
 from offsetbatch.formats import ERROR, FORMATS, META
-from offsetbatch.jobspec import JobSpec, Manifest, RangeReport
+from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.kafka_connection import SECRETS_ARG, read_secrets_file
 from offsetbatch.sinks import sink_for
+from offsetbatch.sinks.base import StagedOutput
 
 log = logging.getLogger("offsetbatch.job")
 
 
-class OffsetOutOfPlanError(OffsetbatchError):
-    """Spark returned a record outside the planned ranges: never write such a batch."""
-
-
 KAFKA_TIMEOUT_MS = 20_000
+MAX_RESULT_SIZE = "256m"
 
 
 def kafka_client_options(spec: JobSpec, secrets: dict[str, str]) -> dict[str, str]:
@@ -105,46 +106,27 @@ def with_metadata(raw: DataFrame) -> DataFrame:
     )
 
 
-def range_stats(parsed: DataFrame) -> dict[tuple[str, int], dict]:
-    """Per partition: rows, rejected, min/max offset, bytes. One small row per partition reaches the driver."""
-    rows = parsed.groupBy("kafka_topic", "kafka_partition").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.when(F.col(ERROR).isNotNull(), 1).otherwise(0)).alias("rejected"),
-        F.min("kafka_offset").alias("min_offset"),
-        F.max("kafka_offset").alias("max_offset"),
-        F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("bytes"),
-    ).collect()
-    return {(r.kafka_topic, r.kafka_partition): r.asDict() for r in rows}
-
-
-def check_offsets(spec: JobSpec, stats: dict[tuple[str, int], dict]) -> list[RangeReport]:
-    """Fail loudly unless every record read lies inside its planned range."""
-    planned = {(r.topic, r.partition): r for r in spec.offset_ranges}
-    unexpected = sorted(set(stats) - set(planned))
-    if unexpected:
-        raise OffsetOutOfPlanError(
-            f"pipeline {spec.pipeline} batch {spec.output_id}: Kafka returned records of partitions not in the plan: "
-            f"{unexpected}. Nothing was written; report this as a bug."
-        )
-    reports = []
-    for key, r in sorted(planned.items()):
-        s = stats.get(key, {"rows": 0, "rejected": 0, "min_offset": None, "max_offset": None, "bytes": 0})
-        if s["rows"] and (s["min_offset"] < r.from_offset or s["max_offset"] >= r.until_offset):
-            raise OffsetOutOfPlanError(
-                f"pipeline {spec.pipeline} batch {spec.output_id}: {r} was planned but records with offsets "
-                f"{s['min_offset']}..{s['max_offset']} were read. Nothing was written; report this as a bug."
-            )
-        reports.append(RangeReport(r.topic, r.partition, r.from_offset, r.until_offset, s["rows"], s["rejected"] or 0,
-                                   s["min_offset"], s["max_offset"], s["bytes"] or 0))
-    return reports
-
-
 def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
     if spec.transform_python:
         module, _, func = spec.transform_python.rpartition(".")
         return getattr(importlib.import_module(module), func)(good)
+    if not spec.transform_sql:
+        return good
+    if is_remote_session(spark):
+        return _connect_sql(spark, spec.transform_sql, good)
     good.createOrReplaceTempView("records")
-    return spark.sql(spec.transform_sql) if spec.transform_sql else good
+    return spark.sql(spec.transform_sql)
+
+
+def _connect_sql(spark: SparkSession, sql: str, records: DataFrame) -> DataFrame:
+    """On Spark Connect, the SQL transform with ``records`` bound in the same request (what
+    ``spark.sql(query, records=df)`` sends): a temporary view would be planned in a request of its
+    own, and the server returns observed metrics only for observations planned in the request
+    that runs them. (``pyspark.sql.connect.plan`` is internal: pinned pyspark 4.3.0.)"""
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    from pyspark.sql.connect.plan import SQL, SubqueryAlias
+
+    return ConnectDataFrame(SQL(sql, views=[SubqueryAlias(records._plan, "records")]), spark)
 
 
 class TransformAnalysisError(ConfigError):
@@ -201,26 +183,72 @@ def analyze_transform(spark: SparkSession, spec: JobSpec) -> None:
                  len(out.columns))
 
 
-def _kill_when_writing(staging_data: str) -> None:
+def _kill_when_writing(staging_data: str, driver_is_parent: bool) -> None:
     """Fault point job.kill_during_write: once the first data file is being written, SIGKILL the
-    driver's JVM (spark-submit's SparkSubmit, this process's parent) and this process, as a lost
-    node or the OOM killer would: no shutdown hook gets to clean up the partial files."""
+    driver's JVM (spark-submit's SparkSubmit, this process's parent; not on Spark Connect, where
+    the driver is the server) and this process, as a lost node or the OOM killer would: no
+    shutdown hook gets to clean up the partial files."""
     def watch() -> None:
         while True:
             if any("/_temporary/" in f and "/part-" in f for f in storage.files(staging_data, suffix="")):
-                log.error("fault injection: killing the Spark driver mid-write (job.kill_during_write)")
+                log.error("fault injection: killing the Spark %s mid-write (job.kill_during_write)",
+                          "driver" if driver_is_parent else "client (the spark_job task)")
                 sys.stderr.flush()
                 time.sleep(0.5)  # the JVM relays this process's stderr: let the line out first
-                os.kill(os.getppid(), signal.SIGKILL)
+                if driver_is_parent:
+                    os.kill(os.getppid(), signal.SIGKILL)
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.01)
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _write_batch(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str] | None,
+                 collect_rejected: bool) -> tuple[StagedOutput, dict]:
+    """One read of the ranges, parsed once: the data write is the only action over Kafka; the
+    batch's statistics and (``collect_rejected``) its rejected records are observed on the way.
+    Without ``collect_rejected`` the rejected records are read and parsed a second time."""
+    sink = sink_for(spec.pipeline, spec.sink)
+    fmt = FORMATS[spec.value_format]
+
+    def parsed_records() -> DataFrame:
+        return fmt.parse(with_metadata(read_ranges(spark, spec, secrets)), spec)
+
+    observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected)
+    good = observed.where(F.col(ERROR).isNull()).drop(ERROR)
+    if not fmt.keeps_value:
+        good = good.drop("value")
+    out = transform(spark, good, spec)
+    if is_remote_session(spark):
+        out = job_stats.linked(out, observation)
+
+    def rejected() -> DataFrame:  # called by the sink after the data write
+        if collect_rejected:
+            return job_stats.rejected_frame(spark, job_stats.observed(observation, spec))
+        return parsed_records().where(F.col(ERROR).isNotNull()).select(
+            *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"))
+        # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
+
+    if faults.active("job.kill_during_write"):
+        _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt), not is_remote_session(spark))
+    staged = sink.stage(spark, out, rejected, spec.batch_id, attempt, output_id=spec.output_id)
+    return staged, job_stats.observed(observation, spec)
+
+
+def is_remote_session(spark: SparkSession) -> bool:
+    """A Spark Connect session (the spark_job task runs this code itself, see
+    ``operators/batch_spark_connect``) rather than the driver spark-submit started."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def _too_many_rejected(exc: Exception) -> bool:
+    """Spark refused the tasks' results (``spark.driver.maxResultSize``): the collected rejected
+    records of a batch that is mostly bad do not fit the driver."""
+    return "maxResultSize" in str(exc)
+
+
 def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str] | None = None) -> Manifest:
     t0 = time.monotonic()
     sink = sink_for(spec.pipeline, spec.sink)
-    fmt = FORMATS[spec.value_format]
     manifest_uri = sink.staging.staging_manifest(spec.batch_id, attempt)
     # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
     storage.remove(manifest_uri)
@@ -228,26 +256,21 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
     log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
              f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
-
-    parsed = fmt.parse(with_metadata(read_ranges(spark, spec, secrets)), spec).persist(StorageLevel.MEMORY_AND_DISK)
-    reports = check_offsets(spec, range_stats(parsed))
-
-    good = parsed.where(F.col(ERROR).isNull()).drop(ERROR)
-    if not fmt.keeps_value:
-        good = good.drop("value")
-    out = transform(spark, good, spec)
-    rejected = parsed.where(F.col(ERROR).isNotNull()).select(
-        *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"),
-    )  # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
-    if faults.active("job.kill_during_write"):
-        _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt))
-    staged = sink.stage(spark, out, rejected, spec.batch_id, attempt, output_id=spec.output_id)
-    parsed.unpersist()
+    try:
+        staged, values = _write_batch(spark, spec, attempt, secrets, collect_rejected=True)
+    except Exception as exc:
+        if not _too_many_rejected(exc):
+            raise
+        log.warning("pipeline %s batch %d: the rejected records are too many to collect in one pass "
+                    "(spark.driver.maxResultSize); writing the batch again, the rejected records from a second "
+                    "read of its ranges", spec.pipeline, spec.batch_id)
+        staged, values = _write_batch(spark, spec, attempt, secrets, collect_rejected=False)
+    reports = job_stats.reports(spec, values)
 
     manifest = Manifest(
         pipeline=spec.pipeline, output_id=spec.output_id, ranges=reports,
-        rows_in=sum(r.rows for r in reports), rows_out=staged.rows_out, rows_rejected=sum(r.rejected for r in reports),
-        bytes_in=sum(r.bytes for r in reports), data_files=staged.data_files, rejected_files=staged.rejected_files,
+        rows_in=values["rows"], rows_out=staged.rows_out, rows_rejected=values["rejected"],
+        bytes_in=values["bytes"] or 0, data_files=staged.data_files, rejected_files=staged.rejected_files,
         job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version, attempt=attempt,
     )
     manifest.save(manifest_uri)
@@ -270,21 +293,34 @@ def main(argv: list[str] | None = None) -> int:
     if args.kafka_secrets:  # read once; nothing needs it on disk any longer (the task removes its folder too)
         os.unlink(args.kafka_secrets)
     ids = "-".join(str(s.batch_id) for s in specs)
-    spark = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}").getOrCreate()
+    builder = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}")
+    if not SparkConf().contains("spark.driver.maxResultSize"):
+        # The observed rejected records come back with the tasks' results: a mostly-bad batch hits
+        # this bound (and is written in two reads, see run) long before it could exhaust the driver.
+        builder = builder.config("spark.driver.maxResultSize", MAX_RESULT_SIZE)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    # Spark redacts data source options whose name or value matches this in plans, the UI and
-    # event logs; its default ("url") misses the SASL login and an inline client key.
-    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
     try:
-        for spec in specs:  # one Spark session, one batch after another
-            try:
-                run(spark, spec, args.attempt, secrets)
-            except Exception as exc:
-                _leave_error(spec, args.attempt, exc)
-                raise
+        run_batches(spark, specs, args.attempt, secrets)
     finally:
         spark.stop()
     return 0
+
+
+def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets: dict[str, str]) -> list[Manifest]:
+    """The batches of one submission in one Spark session, one after another: what ``main`` runs
+    after ``spark-submit``, and what the spark_job task runs itself on a Spark Connect server."""
+    # Spark redacts data source options whose name or value matches this in plans, the UI and
+    # event logs; its default ("url") misses the SASL login and an inline client key.
+    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
+    manifests = []
+    for spec in specs:
+        try:
+            manifests.append(run(spark, spec, attempt, secrets))
+        except Exception as exc:
+            _leave_error(spec, attempt, exc)
+            raise
+    return manifests
 
 
 def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:

@@ -61,9 +61,11 @@ def validate_manifest(batch: Batch, manifest: Manifest, expect_offset_gaps: bool
         if (m.from_offset, m.until_offset) != (r.from_offset, r.until_offset):
             raise ManifestError(f"{where}: the job read {m.topic}/{m.partition}[{m.from_offset},{m.until_offset}) "
                                 f"but the plan is {r}. Re-run the spark_job task.")
-        if m.rows and (m.min_offset < r.from_offset or m.max_offset >= r.until_offset):
-            raise ManifestError(f"{where}: offsets {m.min_offset}..{m.max_offset} of {r.topic}/{r.partition} lie "
-                                f"outside the planned {r}. The output is not committed; report this as a bug.")
+        seen = (m.min_offset, m.max_offset) if m.rows and m.min_offset is not None else None
+        if m.outside or (seen and (seen[0] < r.from_offset or seen[1] >= r.until_offset)):
+            what = f"{m.outside} record(s)" if m.outside else f"offsets {seen[0]}..{seen[1]}"
+            raise ManifestError(f"{where}: {what} of {r.topic}/{r.partition} lie outside the planned {r}. The "
+                                f"output is not committed; report this as a bug.")
         if m.rows > r.size or (m.rows < r.size and not expect_offset_gaps):
             raise ManifestError(
                 f"{where}: {r} holds {r.size} offsets but the job read {m.rows} records. On a plain topic they must "

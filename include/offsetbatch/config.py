@@ -115,7 +115,10 @@ class TransformSettings(_Model):
 
 
 class SparkSettings(_Model):
-    conn_id: str = "spark_default"
+    conn_id: str = Field("spark_default", description="Airflow Spark connection spark-submit runs the job with")
+    connect_conn_id: str | None = Field(
+        None, description="an Airflow spark_connect connection: run the job on that long-running Spark Connect "
+        "server instead (no JVM start per run); spark-submit through conn_id when unset")
     conf: dict[str, str] = Field(default_factory=dict)
     records_per_task: int = Field(2_000_000, gt=0, description="ranges larger than this are split across Spark tasks")
 

@@ -117,6 +117,7 @@ def _build(cfg: PipelineConfig, path: Path):
     from airflow.sdk import Asset, dag, get_current_context, task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
+    from offsetbatch.operators.batch_spark_connect import BatchSparkConnectOperator
     from offsetbatch.operators.batch_spark_submit import BatchSparkSubmitOperator
 
     cfg_path = str(path)
@@ -157,13 +158,12 @@ def _build(cfg: PipelineConfig, path: Path):
                                  actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
                                  airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
 
-        spark_job = BatchSparkSubmitOperator(
-            task_id="spark_job",
-            config_path=cfg_path,
-            conn_id=cfg.spark.conn_id,
-            conf=dict(cfg.spark.conf),
-            verbose=False,
-        )
+        if cfg.spark.connect_conn_id:
+            spark_job = BatchSparkConnectOperator(task_id="spark_job", config_path=cfg_path,
+                                                  conn_id=cfg.spark.connect_conn_id, conf=dict(cfg.spark.conf))
+        else:
+            spark_job = BatchSparkSubmitOperator(task_id="spark_job", config_path=cfg_path, conn_id=cfg.spark.conn_id,
+                                                 conf=dict(cfg.spark.conf), verbose=False)
 
         @task(task_id="commit", outlets=[asset])
         def commit() -> dict:

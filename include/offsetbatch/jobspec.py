@@ -60,9 +60,12 @@ class RangeReport:
     until_offset: int
     rows: int
     rejected: int
-    min_offset: int | None
-    max_offset: int | None
-    bytes: int
+    # Per-range offsets seen and bytes: written by the job before it observed its one pass (still
+    # loaded and checked); the job now checks every record's offset against its range instead.
+    min_offset: int | None = None
+    max_offset: int | None = None
+    bytes: int | None = None
+    outside: int = 0  # records read outside the range: the job fails first, so a manifest always says 0
 
 
 @dataclass

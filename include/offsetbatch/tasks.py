@@ -18,7 +18,7 @@ import logging
 import re
 import signal
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from offsetbatch import faults, ownership, storage
@@ -122,6 +122,7 @@ class SparkSubmission:
     attempt: str
     application_args: list[str]
     name: str
+    spec_uris: list[str] = field(default_factory=list)  # the job specs, for a Spark Connect run in the task
 
 
 def spark_job_secrets(cfg: PipelineConfig) -> dict[str, str]:
@@ -157,7 +158,7 @@ def spark_submission(cfg: PipelineConfig, plan: dict | None, try_number: int) ->
                  attempt, b.records, b.describe_ranges())
     args = [arg for b in todo for arg in ("--spec", specs[b.batch_id])] + ["--attempt", attempt]
     name = f"offsetbatch-{cfg.name}-batch-{'-'.join(str(b.batch_id) for b in todo)}"
-    return SparkSubmission(todo, attempt, args, name)
+    return SparkSubmission(todo, attempt, args, name, [specs[b.batch_id] for b in todo])
 
 
 def spark_redundant(cfg: PipelineConfig, submission: SparkSubmission) -> str | None:

@@ -93,3 +93,10 @@ def test_publishing_one_replay_leaves_another_replays_staging_alone(tmp_path):
     assert Path(layout.staging_manifest(6, "b1")).exists()
     sink.publish(6, 3, "b1")
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "replay-6"
+
+
+def test_records_the_job_counted_outside_the_plan_fail():
+    ranges = _manifest().ranges
+    ranges[0].outside = 3
+    with pytest.raises(ManifestError, match="3 record\\(s\\) of t/0 lie outside"):
+        validate_manifest(_batch(), _manifest(ranges=ranges), expect_offset_gaps=False)

@@ -38,36 +38,20 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         self.plan_task_id = plan_task_id
 
     def execute(self, context: Any) -> str:
-        from airflow.exceptions import AirflowSkipException
-
-        from offsetbatch.airflow_errors import fail_without_retry
-        from offsetbatch.config import load_config
         from offsetbatch.kafka_connection import SECRETS_ARG, remove_secrets_file, write_secrets_file
-        from offsetbatch.tasks import NothingToRun, spark_failure, spark_job_secrets, spark_redundant, spark_submission
+        from offsetbatch.operators.spark_step import failure_explained, prepare
 
-        with fail_without_retry():  # a bad config or Kafka connection fails every attempt alike
-            cfg = load_config(self.config_path)
-            secrets = spark_job_secrets(cfg)  # before the ledger counts an attempt
-            try:
-                submission = spark_submission(cfg, context["ti"].xcom_pull(task_ids=self.plan_task_id),
-                                              context["ti"].try_number)
-            except NothingToRun as nothing:
-                raise AirflowSkipException(str(nothing)) from None
+        cfg, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         if not self.jars:
             self.jars = ",".join(spark_connector_jars())
         self.name = submission.name
         secrets_file = None
         try:
-            secrets_file = write_secrets_file(secrets) if secrets else None
-            self.application_args = submission.application_args + (
-                [SECRETS_ARG, str(secrets_file)] if secrets_file else [])
-            super().execute(context)
-        except Exception as exc:
-            reason = spark_redundant(cfg, submission)
-            if reason:
-                raise AirflowSkipException(reason) from None
-            self.log.error(spark_failure(cfg, submission, exc))
-            raise
+            with failure_explained(cfg, submission, self.log):
+                secrets_file = write_secrets_file(secrets) if secrets else None
+                self.application_args = submission.application_args + (
+                    [SECRETS_ARG, str(secrets_file)] if secrets_file else [])
+                super().execute(context)
         finally:
             remove_secrets_file(secrets_file)  # the job read it at start; nothing keeps it after the run
         return submission.attempt

@@ -34,7 +34,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
+
+# The rejected rows, built when asked: the job knows them only once the data write has run (its one
+# pass over Kafka collects them), so every sink's ``stage`` passes this on, wrapped if it adds columns.
+RejectedRows = Callable[[], "DataFrame"]
 
 
 def absolute_location(v: str) -> str:
@@ -101,7 +105,7 @@ class Sink(ABC):
 
     # ---- job half (Spark driver) ------------------------------------------------------------
 
-    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
               attempt: str, output_id: int | None = None) -> StagedOutput:
         """Write one attempt's rows as Parquet into its own staging folder (overwriting a rerun of
         the same attempt). ``data`` is sub-partitioned by ``event_date`` when the sink has an
@@ -115,16 +119,21 @@ class Sink(ABC):
             partition_by = ["event_date"]
         return self.write_staged(spark, data, rejected, batch_id, attempt, partition_by)
 
-    def write_staged(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+    def write_staged(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
                      attempt: str, partition_by: list[str]) -> StagedOutput:
-        """The Parquet write every sink's ``stage`` ends with."""
+        """The Parquet writes every sink's ``stage`` ends with: the data first (the job's one pass),
+        then the rejected rows. The row count comes from the write itself (an observation), not
+        from reading the files back."""
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         data_dir = self.staging.staging_data(batch_id, attempt)
         rejected_dir = self.staging.staging_rejected(batch_id, attempt)
-        data.write.mode("overwrite").partitionBy(*partition_by).parquet(data_dir)
-        rejected.write.mode("overwrite").parquet(rejected_dir)
-        data_files = storage.files(data_dir)
-        rows_out = spark.read.parquet(data_dir).count() if data_files else 0
-        return StagedOutput(rows_out, data_files, storage.files(rejected_dir))
+        written = Observation(f"offsetbatch-{self.pipeline}-{batch_id}-written")
+        data.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite") \
+            .partitionBy(*partition_by).parquet(data_dir)
+        rejected().write.mode("overwrite").parquet(rejected_dir)
+        return StagedOutput(written.get["rows"], storage.files(data_dir), storage.files(rejected_dir))
 
     # ---- commit half (commit task, under the pipeline lock) ---------------------------------
 

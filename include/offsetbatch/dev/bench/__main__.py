@@ -1,8 +1,9 @@
 """``make bench`` (``python -m offsetbatch.dev.bench``): one run, one machine, the local broker.
 
 1. produce the data set once (default 5,000,000 JSON records of ~200 B over 8 partitions);
-2. per repetition, over the same ranges and Spark settings: raw read, batch job, peer
-   (Structured Streaming + Trigger.AvailableNow), whole DAG run; medians and ratios;
+2. per repetition, over the same ranges and Spark settings: raw read, batch job, the peers
+   (Structured Streaming + Trigger.AvailableNow, a spark.read batch: ``peers/``, no project code),
+   whole DAG run; medians and ratios;
 3. planning and commit cost at 10 / 100 / 1,000 partitions on SQLite and PostgreSQL;
 4. write docs/benchmarks.md and docs/benchmarks.png.
 """
@@ -26,7 +27,11 @@ from offsetbatch.dev.bench import ledger_cost, report, throughput
 from offsetbatch.dev.bench.dataset import ensure_dataset
 from offsetbatch.dev.stack.kafka_broker import KafkaBroker
 from offsetbatch.dev.stack.postgres import PostgresCluster
+from offsetbatch.dev.stack.spark_connect import SparkConnectServer
 from offsetbatch.paths import PROJECT_ROOT, local_dir
+
+
+CONNECT_CONN = "spark_connect_bench"
 
 
 def _airflow_env(work: Path, bootstrap: str) -> dict:
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--topic", default=None, help="default: bench-<records>-<partitions>")
     parser.add_argument("--partition-counts", default="10,100,1000")
-    parser.add_argument("--driver-memory", default="4g")
+    parser.add_argument("--driver-memory", default="1g", help="every measurement's spark.driver.memory (Spark's default, what the sample pipeline runs with)")
     parser.add_argument("--docs", default=str(PROJECT_ROOT / "docs"))
     args = parser.parse_args(argv)
     console = Console()
@@ -68,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     spec_uri = str(work / "spec.json")
     throughput.job_spec(ds, broker.bootstrap, str(work / "unused")).save(spec_uri)
     conf = throughput.spark_conf(args.driver_memory)
-    env = _airflow_env(work, broker.bootstrap)
+    connect = SparkConnectServer(home=work / "spark-connect", driver_memory=args.driver_memory,
+                                 conf={k: v for k, v in conf.items() if k != "spark.driver.memory"})
+    connect.start()
+    env = {**_airflow_env(work, broker.bootstrap), f"AIRFLOW_CONN_{CONNECT_CONN.upper()}": json.dumps(
+        {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect.port})}
 
     samples: dict[str, list[throughput.Sample]] = {k: [] for k in report.MEASURES}
-    dag_stats: list[dict] = []
+    dag_stats: dict[str, list[dict]] = {}
     steps = [(rep, key) for rep in range(args.repeat) for key in report.MEASURES]
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=console) as bar:
@@ -83,10 +92,13 @@ def main(argv: list[str] | None = None) -> int:
             elif key == "job":
                 s = throughput.batch_job(ds, broker.bootstrap, conf, work, rep)
             elif key == "peer":
-                s = throughput.peer(spec_uri, conf, work, rep)
+                s = throughput.peer("structured_streaming", ds, broker.bootstrap, conf, work, rep)
+            elif key == "batch_peer":
+                s = throughput.peer("batch_read", ds, broker.bootstrap, conf, work, rep)
             else:
-                s, stats = throughput.whole_dag_run(ds, env, work, rep, args.driver_memory)
-                dag_stats.append(stats)
+                s, stats = throughput.whole_dag_run(ds, env, work, rep, args.driver_memory,
+                                                    connect_conn_id=CONNECT_CONN if key == "dag_connect" else None)
+                dag_stats.setdefault(key, []).append(stats)
             if s.records != ds.records:
                 raise RuntimeError(f"{key} read {s.records} records, expected {ds.records}")
             samples[key].append(s)
@@ -94,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{ds.records / s.seconds:,.0f} records/s")
             bar.advance(task)
 
+        connect.stop()
         pg = PostgresCluster()
         pg.start()
         counts = [int(x) for x in args.partition_counts.split(",")]
@@ -123,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         t.add_column(col)
     for k, v in report.ratios(samples).items():
         t.add_row(k, f"{v:.2f}")
+    for key in ("dag", "dag_connect"):
+        t.add_row(f"{report.MEASURES[key].split(' (')[0]}: tasks minus job (s)", f"{report.fixed_cost(dag_stats[key]):.1f}")
     console.print(t)
     console.print(f"wrote {docs / 'benchmarks.md'} and {docs / 'benchmarks.png'} in {minutes:.1f} min")
     shutil.rmtree(work / "dags", ignore_errors=True)

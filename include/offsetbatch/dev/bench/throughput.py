@@ -1,5 +1,5 @@
 """Throughput over the same offset ranges and Spark settings: the raw read, the batch job, the whole
-DAG run and the Structured Streaming peer. Each Spark measurement is one ``spark-submit``, timed
+DAG run and the two peers (Structured Streaming, a spark.read batch; ``peers/``). Each Spark measurement is one ``spark-submit``, timed
 from outside (wall) and from inside (after the Spark session is up); the peak RSS of the driver
 JVM is sampled every 100 ms."""
 
@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import psutil
@@ -24,7 +26,9 @@ from offsetbatch.sinks.files import TableLayout
 from offsetbatch.paths import PROJECT_ROOT
 
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE, session STRING"
-TRANSFORM = "SELECT event_id, kind, user_id, page, event_time, amount, kafka_partition, kafka_offset FROM records"
+REQUIRED = ["event_id", "kind", "event_time"]
+OUTPUT_COLUMNS = ["event_id", "kind", "user_id", "page", "event_time", "amount", "kafka_partition", "kafka_offset"]
+TRANSFORM = f"SELECT {', '.join(OUTPUT_COLUMNS)} FROM records"
 JOBS = PROJECT_ROOT / "jobs"
 
 
@@ -49,7 +53,7 @@ def job_spec(ds: Dataset, bootstrap: str, table: str) -> JobSpec:
                    ranges=[{"topic": tp.topic, "partition": tp.partition, "from_offset": a, "until_offset": b,
                             "frontier_before": a} for tp, (a, b) in sorted(ds.ranges.items())],
                    sink={"type": "files", "path": table, "event_time_column": "event_time"},
-                   value_format="json", schema_ddl=SCHEMA, required=["event_id", "kind", "event_time"],
+                   value_format="json", schema_ddl=SCHEMA, required=REQUIRED,
                    transform_sql=TRANSFORM, transform_python=None,
                    isolation_level="read_uncommitted", records_per_task=2_000_000)
 
@@ -69,14 +73,18 @@ def _watch_rss(proc: subprocess.Popen, peak: list[float], stop: threading.Event)
         stop.wait(0.1)
 
 
-def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path) -> tuple[float, float, str]:
-    """(wall seconds, peak driver RSS in MiB, output) of one spark-submit in local[*] with the connector."""
+def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path,
+                 with_jobs: bool = True) -> tuple[float, float, str]:
+    """(wall seconds, peak driver RSS in MiB, output) of one spark-submit in local[*] with the
+    connector; ``with_jobs``: the project's jobs/ on the Python path (not for the peers)."""
     cmd = [shutil.which("spark-submit") or "spark-submit", "--master", "local[*]",
            "--jars", ",".join(spark_connector_jars())]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     cmd += [str(app), *args]
     env = {**os.environ, "PYTHONPATH": f"{JOBS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if not with_jobs:  # the peers: pyspark alone, not even include/ (scripts/env.sh puts it on PYTHONPATH)
+        env.pop("PYTHONPATH")
     peak, stop = [0.0], threading.Event()
     t0 = time.monotonic()
     with open(log, "w") as out:
@@ -125,21 +133,54 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     return Sample(m.job_seconds, wall, rss, m.rows_in)
 
 
-def peer(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
-    out, ckpt = work / f"peer-{rep}" / "table", work / f"peer-{rep}" / "checkpoint"
+PEERS = PROJECT_ROOT / "include" / "offsetbatch" / "dev" / "bench" / "peers"
+
+
+def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int) -> Sample:
+    """One of the peers (``structured_streaming``, ``batch_read``): what a user writes instead, over
+    the same ranges, parse and output columns, submitted by path without the project's code."""
+    out, ckpt = work / f"{kind}-{rep}" / "table", work / f"{kind}-{rep}" / "checkpoint"
     shutil.rmtree(out.parent, ignore_errors=True)
-    wall, rss, stdout = spark_submit(JOBS / "bench_spark.py", ["peer", "--spec", spec_uri, "--out", str(out),
-                                                               "--checkpoint", str(ckpt)], conf, work / f"peer-{rep}.log")
+    starting = {ds.topic: {str(tp.partition): a for tp, (a, _) in ds.ranges.items()}}
+    ending = {ds.topic: {str(tp.partition): b for tp, (_, b) in ds.ranges.items()}}
+    args = ["--bootstrap", bootstrap, "--topic", ds.topic, "--starting", json.dumps(starting),
+            "--ending", json.dumps(ending), "--schema", SCHEMA, "--required", ",".join(REQUIRED),
+            "--columns", ",".join(OUTPUT_COLUMNS), "--date-of", "event_time", "--out", str(out),
+            "--checkpoint", str(ckpt)]
+    wall, rss, stdout = spark_submit(PEERS / f"{kind}.py", args, conf, work / f"{kind}-{rep}.log", with_jobs=False)
     r = _bench_line(stdout)
     shutil.rmtree(out.parent, ignore_errors=True)
     return Sample(r["seconds"], wall, rss, r["records"])
 
 
+TASK_START = re.compile(r"^(\S+) .*\[DAG TEST\] starting task_id=(\w+)")
+TASK_RUNNING = re.compile(r"^(\S+) .*Task started ")
+TASK_END = re.compile(r"^(\S+) .*\[DAG TEST\] end task task_id=(\w+)")
+
+
+def task_seconds(log: str) -> dict[str, float]:
+    """Per task of an ``airflow dags test`` log, from the task's start in the execution API to its
+    end: what a run pays per task, without the CLI's own start-up and the in-process execution
+    API's warm-up before the first task (a long-running API server has neither)."""
+    out: dict[str, float] = {}
+    current, started = None, None
+    for line in log.splitlines():
+        if m := TASK_START.match(line):
+            current, started = m.group(2), None
+        elif (m := TASK_RUNNING.match(line)) and current and started is None:
+            started = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+        elif (m := TASK_END.match(line)) and started is not None:
+            out[m.group(2)] = (datetime.fromisoformat(m.group(1).replace("Z", "+00:00")) - started).total_seconds()
+            current, started = None, None
+    return out
+
+
 def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: str,
-                  sink: dict | None = None) -> tuple[Sample, dict]:
+                  sink: dict | None = None, connect_conn_id: str | None = None) -> tuple[Sample, dict]:
     """``airflow dags test`` of the benchmark pipeline (plan + spark-submit + commit) on a fresh
-    ledger and table; returns the sample and the batch's ledger stats. ``sink``: settings other
-    than the files sink's (its ``path`` is always the run's table, the DAG's Asset URI)."""
+    ledger and table; returns the sample and the batch's ledger stats plus ``task_seconds``.
+    ``sink``: settings other than the files sink's (its ``path`` is always the run's table, the
+    DAG's Asset URI); ``connect_conn_id``: run the job on that Spark Connect server instead."""
     import yaml
 
     from offsetbatch.ledger import Ledger
@@ -148,9 +189,10 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     cfg = {"name": "bench", "kafka": {"conn_id": "kafka_default", "topics": [ds.topic]}, "starting_policy": "earliest",
-           "value": {"format": "json", "schema": SCHEMA, "required": ["event_id", "kind", "event_time"]},
+           "value": {"format": "json", "schema": SCHEMA, "required": REQUIRED},
            "transform": {"sql": TRANSFORM}, "sink": {**(sink or {"event_time_column": "event_time"}), "path": str(root / "table")},
-           "ledger": {"url": f"sqlite:///{root}/ledger.db"}, "spark": {"conf": spark_conf(driver_memory)},
+           "ledger": {"url": f"sqlite:///{root}/ledger.db"},
+           "spark": {"conf": spark_conf(driver_memory), **({"connect_conn_id": connect_conn_id} if connect_conn_id else {})},
            "airflow": {"retries": 0}}
     config = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "bench.yaml"
     config.write_text(yaml.safe_dump(cfg))
@@ -160,14 +202,15 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
     t0 = time.monotonic()
     proc = subprocess.run(["airflow", "dags", "test", "offsetbatch_bench"], env=env, capture_output=True, text=True)
     wall = time.monotonic() - t0
-    (work / f"dag-{rep}.log").write_text(proc.stdout + proc.stderr)
+    log = work / f"dag{'-connect' if connect_conn_id else ''}-{rep}.log"
+    log.write_text(proc.stdout + proc.stderr)
     ledger = Ledger(cfg["ledger"]["url"])
     try:
         batches = ledger.list_batches("bench")
     finally:
         ledger.dispose()
     if proc.returncode != 0 or not batches or batches[0].status != "committed":
-        raise RuntimeError(f"the benchmark DAG run failed; see {work / f'dag-{rep}.log'}")
-    stats = batches[0].stats
+        raise RuntimeError(f"the benchmark DAG run failed; see {log}")
+    stats = {**batches[0].stats, "task_seconds": task_seconds(proc.stdout + proc.stderr)}
     shutil.rmtree(root, ignore_errors=True)
     return Sample(wall, wall, None, stats["rows_in"]), stats

@@ -4,6 +4,11 @@ Started from the jars Maven resolved (``artifacts.fetch_kafka``), with its data 
 ``.local/kafka``. A restart keeps the data (fault-injection tests rely on that); ``wipe`` removes
 it. Starting a running broker is a no-op; a port held by anything else is a clear error.
 
+The same class is one node of a multi-node KRaft cluster when given a ``Quorum`` (what the nodes
+share: cluster id, the controllers' ports and metadata directory ids, replication settings):
+``kafka_cluster.KafkaCluster`` builds three of them; the single broker keeps its static
+``controller.quorum.voters`` and its home.
+
 Two security modes, chosen when the home is first formatted and kept with it:
 
 * ``plaintext`` (default): ``PLAINTEXT://127.0.0.1:<port>``, no authentication.
@@ -18,10 +23,7 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -33,7 +35,9 @@ from offsetbatch.dev.stack import artifacts
 from offsetbatch.dev.stack.kafka_security import (
     ADMIN, PIPELINE, BrokerSecurity, KafkaSecurityError, _write_private, pipeline_acls,
 )
-from offsetbatch.errors import OffsetbatchError
+from offsetbatch.dev.stack.processes import (
+    StackProcessError, alive, launch, port_open, read_pid, require_free, stop_pid, tail,
+)
 from offsetbatch.paths import local_dir
 
 log = logging.getLogger(__name__)
@@ -57,48 +61,91 @@ logger.state.level = WARN
 """
 
 
-class BrokerError(OffsetbatchError):
+class BrokerError(StackProcessError):
     """The broker could not be started or stopped; the message says why and what to do."""
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+_port_open, _alive = port_open, alive  # the names this module used before processes.py existed
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited child not yet reaped) still answers kill(0).
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+def new_kafka_uuid() -> str:
+    """A random id as Kafka's ``Uuid.toString`` writes it (cluster ids, directory ids); never one
+    starting with ``-``, which Kafka's tools would read as an option."""
+    value = "-"
+    while value.startswith("-"):
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return value
+
+
+def registered_nodes(cluster: dict[str, Any]) -> set[int]:
+    """Node ids in kafka-python's ``describe_cluster()`` answer that are registered and unfenced."""
+    return {b["broker_id"] for b in cluster.get("brokers") or [] if not b.get("is_fenced")}
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """What every node of a multi-node KRaft cluster (combined broker + controller nodes) shares.
+
+    ``voters`` are ``(node id, controller port, metadata directory id)``: the initial controllers
+    every node's storage is formatted with (``--initial-controllers``: a dynamic quorum, Kafka 4's
+    way; its voters' endpoints are recorded in the metadata log, so the ports cannot change later)."""
+
+    cluster_id: str
+    voters: tuple[tuple[int, int, str], ...]
+    replication: int = 3
+    min_insync: int = 2
+
+    def controller_port(self, node_id: int) -> int:
+        return next(port for nid, port, _ in self.voters if nid == node_id)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``controller.quorum.bootstrap.servers``: every controller's loopback endpoint."""
+        return ",".join(f"127.0.0.1:{port}" for _, port, _ in self.voters)
+
+    @property
+    def initial_controllers(self) -> str:
+        return ",".join(f"{nid}@127.0.0.1:{port}:{directory}" for nid, port, directory in self.voters)
+
+    def properties(self, node_id: int) -> dict[str, str]:
+        """``server.properties`` entries of node ``node_id``: its id, the dynamic quorum, and topics
+        (internal ones too) replicated to ``replication`` nodes, acknowledged by ``min_insync``."""
+        rf, isr = str(self.replication), str(self.min_insync)
+        return {
+            "node.id": str(node_id),
+            "controller.quorum.bootstrap.servers": self.bootstrap_servers,
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
+            "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+        }
 
 
 @dataclass
 class KafkaBroker:
     """One local broker; ``home`` holds its config, data, log and pid file (and, secured, its
-    TLS material and secrets)."""
+    TLS material and secrets). With ``quorum``, node ``node_id`` of a multi-node cluster."""
 
     port: int = DEFAULT_PORT
     home: Path | None = None
     heap: str = "768m"
     security: Security = "plaintext"
     acl: bool = False
+    node_id: int = 1
+    quorum: Quorum | None = None
 
     def __post_init__(self) -> None:
         self.home = Path(self.home or local_dir() / "kafka")
-        self.controller_port = self.port + 1
+        self.controller_port = self.quorum.controller_port(self.node_id) if self.quorum else self.port + 1
         if self.security not in SECURITY_MODES:
             raise BrokerError(f"unknown broker security {self.security!r}; use one of {', '.join(SECURITY_MODES)}")
         if self.acl and not self.secure:
             raise BrokerError("ACLs need authenticated clients: use security='sasl_ssl' (--secure) with acl=True (--acl)")
+        if self.quorum and self.secure:
+            raise BrokerError("a multi-node cluster runs PLAINTEXT only for now: start a single broker for --secure")
         self.material = BrokerSecurity(self.home)
 
     @property
@@ -190,11 +237,7 @@ class KafkaBroker:
         return self.home / "broker.pid"
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _alive(pid) else None
+        return read_pid(self.pid_file)
 
     def _write_config(self) -> Path:
         props: dict[str, str] = {
@@ -223,6 +266,9 @@ class KafkaBroker:
             "log.segment.delete.delay.ms": "0",
             "delete.topic.enable": "true",
         }
+        if self.quorum:
+            del props["controller.quorum.voters"]
+            props |= self.quorum.properties(self.node_id)
         self.home.mkdir(parents=True, exist_ok=True)
         if self.secure:
             self.material.ensure()
@@ -246,10 +292,10 @@ class KafkaBroker:
     def _format_storage(self, cfg: Path) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # as Kafka's Uuid does: an id must not look like an option
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self.quorum.cluster_id if self.quorum else new_kafka_uuid()
         args = ["format", f"--cluster-id={cluster_id}", "-c", str(cfg)]
+        if self.quorum:
+            args.append(f"--initial-controllers={self.quorum.initial_controllers}")
         if self.secure:
             # SCRAM users are created with the storage: arguments from an owner-only @argfile.
             argfile = self.material.format_argfile(["kafka.tools.StorageTool", *args])
@@ -278,37 +324,35 @@ class KafkaBroker:
                 f"or wipe it first (offsetbatch-stack kafka wipe) to change its security mode"
             )
 
+    port_hint = "KAFKA_PORT=..."
+
     def start(self, timeout: float = 90.0) -> float:
         """Start (or find running) and wait until it answers metadata requests; returns seconds taken."""
         t0 = time.monotonic()
+        proc = self.launch()
+        self.wait_ready(timeout, proc)
+        took = time.monotonic() - t0
+        if proc is not None:
+            log.info("kafka broker ready on %s (pid %d) in %.1fs", self.bootstrap, proc.pid, took)
+        return took
+
+    def launch(self) -> subprocess.Popen | None:
+        """Start the broker's JVM without waiting for it (``None`` if it runs already): a cluster
+        launches all its nodes before any can be ready, since a node needs a controller majority."""
         self._check_mode()
         if self.pid():
-            self.wait_ready(timeout)
-            return time.monotonic() - t0
-        for port in (self.port, self.controller_port):
-            if _port_open(port):
-                raise BrokerError(
-                    f"port 127.0.0.1:{port} is already in use by another process, not by the broker of "
-                    f"{self.home}. Stop that process or choose another port (KAFKA_PORT=...)."
-                )
+            return None
+        require_free((self.port, self.controller_port), f"the broker of {self.home}", self.port_hint, BrokerError)
         try:
             cfg = self._write_config()
         except KafkaSecurityError as exc:
             raise BrokerError(str(exc)) from exc
         self._format_storage(cfg)
-        with open(self.log_file, "ab") as out:
-            proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(cfg)),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        self.pid_file.write_text(str(proc.pid))
-        self.wait_ready(timeout, proc)
-        took = time.monotonic() - t0
-        log.info("kafka broker ready on %s (pid %d) in %.1fs", self.bootstrap, proc.pid, took)
-        return took
+        return launch(self._java("kafka.Kafka", str(cfg)), self.log_file, self.pid_file)
 
     def wait_ready(self, timeout: float, proc: subprocess.Popen | None = None) -> None:
-        """Block until the broker answers a metadata request listing itself (secured: as ``admin``)."""
+        """Block until the broker answers a metadata request listing itself (secured: as ``admin``):
+        a node is listed once it has registered with the controller and is not fenced."""
         from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
         deadline = time.monotonic() + timeout
@@ -316,11 +360,11 @@ class KafkaBroker:
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
                 raise BrokerError(f"the broker exited with code {proc.returncode}; see {self.log_file}:\n{self._tail()}")
-            if _port_open(self.port):
+            if port_open(self.port):
                 try:
                     admin = self.admin_client(request_timeout_ms=5000, bootstrap_timeout_ms=5000)
                     try:
-                        if admin.describe_cluster().get("brokers"):
+                        if self.node_id in registered_nodes(admin.describe_cluster()):
                             return
                     finally:
                         admin.close()
@@ -336,29 +380,16 @@ class KafkaBroker:
         raise BrokerError(f"broker on {self.bootstrap} not ready after {timeout:.0f}s ({last}); see {self.log_file}:\n{self._tail()}")
 
     def _tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return tail(self.log_file, lines)
 
     def stop(self, timeout: float = 60.0, hard: bool = False) -> None:
         """Stop by pid: SIGTERM (controlled shutdown) or, with ``hard``, SIGKILL (a crash)."""
         pid = self.pid()
         if pid is None:
             return
-        os.kill(pid, signal.SIGKILL if hard else signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
-                time.sleep(0.1)
-        # A JVM's leader thread turns zombie before its other threads have closed the sockets.
-        while (_port_open(self.port) or _port_open(self.controller_port)) and time.monotonic() < deadline + 10:
-            time.sleep(0.05)
+        stop_pid(pid, timeout, hard, ports=(self.port, self.controller_port))
         self.pid_file.unlink(missing_ok=True)
-        log.info("kafka broker on %s stopped", self.bootstrap)
+        log.info("kafka broker on %s %s", self.bootstrap, "killed" if hard else "stopped")
 
     def wipe(self) -> None:
         """Stop and delete all topics, offsets and logs."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.iceberg import markers, schema
 from offsetbatch.sinks.iceberg.catalog import open_catalog, warehouse_uri
 from offsetbatch.sinks.iceberg.settings import IcebergSettings
@@ -50,7 +50,7 @@ class IcebergSink(Sink):
 
     # ---- job half --------------------------------------------------------------------------
 
-    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
               attempt: str, output_id: int | None = None) -> StagedOutput:
         """Parquet Iceberg can register: timestamps as INT64 microseconds (Spark's default INT96 is
         not an Iceberg type), the output id as ``batch_id`` in every row (a replay's files are found
@@ -64,9 +64,9 @@ class IcebergSink(Sink):
         out_id = batch_id if output_id is None else output_id
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         data = data.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
-        rejected = rejected.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
         data, hidden = schema.stage_partitions(data, self.settings.partitions, self._where(batch_id))
-        return self.write_staged(spark, data, rejected, batch_id, attempt, hidden)
+        return self.write_staged(spark, data, lambda: rejected().withColumn(schema.BATCH_ID, F.lit(out_id).cast("long")),
+                                 batch_id, attempt, hidden)
 
     # ---- commit half -------------------------------------------------------------------------
 

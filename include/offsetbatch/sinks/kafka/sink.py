@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.files import TableLayout
 from offsetbatch.sinks.kafka.settings import KafkaSinkSettings
 
@@ -58,7 +58,7 @@ class KafkaSink(Sink):
 
     # ---- job half --------------------------------------------------------------------------
 
-    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
               attempt: str, output_id: int | None = None) -> StagedOutput:
         """Each row's key and JSON value, serialized by Spark, with the source record's
         coordinates (headers and the order of publication)."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.postgres.copy_stream import copy_rows
 from offsetbatch.sinks.postgres.schema import RECORD_COLUMNS, REJECTED_COLUMNS, RESERVED, TableSchema
 from offsetbatch.sinks.postgres.settings import PostgresSettings
@@ -57,7 +57,7 @@ class PostgresSink(TableSchema, Sink):
 
     # ---- job half --------------------------------------------------------------------------
 
-    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: "DataFrame", batch_id: int,
+    def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
               attempt: str, output_id: int | None = None) -> StagedOutput:
         """Parquet as every sink stages, after checking the columns the table needs: each row must
         say which record it came from (the UNIQUE (kafka_topic, kafka_partition, kafka_offset)

@@ -1,0 +1,37 @@
+"""Arguments and the parse the two peers share: one ``from_json`` of the value cast to string, rows
+whose required fields are not null, the output columns and the date partition column. Imports only
+pyspark (the peers are submitted by path, with this folder on their Python path)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def arguments(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--starting", required=True, help='startingOffsets JSON: {"topic": {"0": 0, ...}}')
+    p.add_argument("--ending", help="endingOffsets JSON (batch peer)")
+    p.add_argument("--schema", required=True, help="the value's Spark DDL schema")
+    p.add_argument("--required", default="", help="comma-separated fields that must not be null")
+    p.add_argument("--columns", required=True, help="comma-separated output columns (fields, partition, offset)")
+    p.add_argument("--date-of", required=True, help="timestamp column whose date partitions the output")
+    p.add_argument("--out", required=True)
+    p.add_argument("--checkpoint", help="checkpoint location (streaming peer)")
+    args = p.parse_args()
+    json.loads(args.starting)
+    return args
+
+
+def parse(kafka: DataFrame, args: argparse.Namespace) -> DataFrame:
+    records = kafka.select(F.from_json(F.col("value").cast("string"), args.schema).alias("r"),
+                           F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"))
+    rows = records.select("r.*", "kafka_partition", "kafka_offset")
+    for field in filter(None, args.required.split(",")):
+        rows = rows.where(F.col(field).isNotNull())
+    return rows.select(*args.columns.split(",")).withColumn("event_date", F.to_date(args.date_of))

@@ -1,0 +1,113 @@
+"""The batch job's one pass (issue 18), in-process on the real broker: per-range statistics and the
+rejected records come from the data write itself, record by record, read back with pyarrow; the
+fallback for a batch whose rejected records do not fit the driver writes the same files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+
+from offsetbatch import job_stats
+from offsetbatch.jobspec import JobSpec
+from offsetbatch.paths import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+SCHEMA = "event_id STRING, kind STRING, n INT"
+BAD = {  # offset in partition 1 -> (value, reason)
+    3: (b'{"event_id": "x", "kind": ', "malformed JSON"),
+    7: (b'{"event_id": "y\xff", "kind": "k", "n": 1}', "value is not valid UTF-8"),
+    8: (b'{"kind": "k", "n": 2}', "missing required field(s): event_id"),
+    11: (b'{"event_id": "z", "kind": "k", "n": "many"}', "schema mismatch: value does not fit the declared schema"),
+}
+
+
+def _job():
+    spec = importlib.util.spec_from_file_location("offsetbatch_job", PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def topic(kafka_broker):
+    name = "one-pass"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    admin.create_topics([NewTopic(name, 3, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+    for p in range(3):
+        for i in range(40):
+            value = BAD[i][0] if p == 1 and i in BAD else json.dumps({"event_id": f"{p}-{i}", "kind": "k", "n": i}).encode()
+            producer.send(name, partition=p, value=value)
+    producer.flush()
+    producer.close()
+    return name
+
+
+def _spec(bootstrap: str, topic: str, table: str) -> JobSpec:
+    ranges = [(0, 5, 35), (1, 0, 40), (2, 39, 40)]  # [from, until) per partition
+    return JobSpec(pipeline="onepass", batch_id=4, output_id=4, bootstrap=bootstrap,
+                   ranges=[{"topic": topic, "partition": p, "from_offset": a, "until_offset": b, "frontier_before": a}
+                           for p, a, b in ranges],
+                   sink={"type": "files", "path": table}, value_format="json", schema_ddl=SCHEMA,
+                   required=["event_id", "kind"], transform_sql="SELECT event_id, n, kafka_partition, kafka_offset "
+                   "FROM records WHERE n % 2 = 0", transform_python=None, isolation_level="read_uncommitted",
+                   records_per_task=7)  # several Spark tasks per range: their partial statistics merge
+
+
+def _rows(files: list[str]) -> list[dict]:
+    return [row for f in files for row in pq.read_table(f).to_pylist()]
+
+
+def test_statistics_and_rejected_records_come_from_the_one_write(kafka_broker, spark, topic, tmp_path):
+    job = _job()
+    spec = _spec(kafka_broker.bootstrap, topic, str(tmp_path / "table"))
+    manifest = job.run(spark, spec, "a1")
+
+    by_partition = {r.partition: r for r in manifest.ranges}
+    assert {p: (r.rows, r.rejected, r.outside) for p, r in by_partition.items()} == {
+        0: (30, 0, 0), 1: (40, 4, 0), 2: (1, 0, 0)}
+    assert (manifest.rows_in, manifest.rows_rejected) == (71, 4)
+    data = _rows(manifest.data_files)
+    expected = sorted((p, i) for p, a, b in [(0, 5, 35), (1, 0, 40), (2, 39, 40)] for i in range(a, b)
+                      if not (p == 1 and i in BAD) and i % 2 == 0)
+    assert sorted((r["kafka_partition"], r["kafka_offset"]) for r in data) == expected
+    assert manifest.rows_out == len(data)  # the write's own count, checked against the files
+    rejected = _rows(manifest.rejected_files)
+    assert {r["kafka_offset"]: (r["raw_value"], r["error"]) for r in rejected} == BAD
+    assert all(r["kafka_partition"] == 1 and r["kafka_timestamp"] is not None for r in rejected)
+    assert manifest.bytes_in == sum(len(v) for v in (
+        BAD[i][0] if p == 1 and i in BAD else json.dumps({"event_id": f"{p}-{i}", "kind": "k", "n": i}).encode()
+        for p, a, b in [(0, 5, 35), (1, 0, 40), (2, 39, 40)] for i in range(a, b)))
+
+    # The fallback when the collected rejected records exceed spark.driver.maxResultSize: the
+    # same data and the same rejected rows, the rejected ones from a second read of the ranges.
+    assert job._too_many_rejected(RuntimeError("Total size of serialized results of 3 tasks (300.0 MiB) is bigger "
+                                               "than spark.driver.maxResultSize (256.0 MiB)"))
+    staged, values = job._write_batch(spark, spec, "a2", None, collect_rejected=False)
+    assert "rejected_rows" not in values
+    assert job_stats.reports(spec, values) == manifest.ranges
+    assert sorted((r["kafka_partition"], r["kafka_offset"]) for r in _rows(staged.data_files)) == expected
+    assert {r["kafka_offset"]: (r["raw_value"], r["error"]) for r in _rows(staged.rejected_files)} == BAD
+
+
+def test_every_record_outside_its_planned_range_is_counted_and_refused(spark):
+    spec = _spec("unused:9092", "t", "/unused")
+    rows = [("t", 0, 5), ("t", 0, 34), ("t", 2, 39),  # inside
+            ("t", 0, 4), ("t", 0, 35), ("t", 2, 40), ("t", 3, 0), ("other", 0, 10), ("t", -1, 1)]  # outside
+    records = spark.createDataFrame([(t, p, o, "x", None) for t, p, o in rows],
+                                    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, value STRING, "
+                                    "_error STRING")
+    observed, observation = job_stats.observe_batch(records, spec, collect_rejected=False)
+    observed.write.format("noop").mode("overwrite").save()
+    values = job_stats.observed(observation, spec)
+    assert values["outside"] == 6
+    assert tuple(values["first_outside"]) == ("other", 0, 10)  # the smallest (topic, partition, offset)
+    with pytest.raises(job_stats.OffsetOutOfPlanError, match=r"6 record\(s\) outside the planned ranges, the "
+                                                             r"first other/0 offset 10"):
+        job_stats.reports(spec, values)

@@ -1,0 +1,52 @@
+"""The job's observed statistics turned into the manifest's per-range reports (pure Python)."""
+
+from __future__ import annotations
+
+import pytest
+
+from offsetbatch import job_stats
+from offsetbatch.errors import OffsetbatchError
+from offsetbatch.jobspec import JobSpec
+
+
+def _spec() -> JobSpec:
+    ranges = [("b", 0, 10, 20), ("a", 2, 0, 5), ("a", 0, 7, 9)]
+    return JobSpec(pipeline="p", batch_id=3, output_id=3, bootstrap="x:1",
+                   ranges=[{"topic": t, "partition": p, "from_offset": f, "until_offset": u, "frontier_before": f}
+                           for t, p, f, u in ranges],
+                   sink={"type": "files", "path": "/t"}, value_format="raw", schema_ddl=None, required=[],
+                   transform_sql=None, transform_python=None, isolation_level="read_committed", records_per_task=10)
+
+
+def test_plan_keys_are_dense_per_topic_and_partition():
+    keys = job_stats.PlanKeys.of(_spec())
+    assert (keys.topics, keys.stride) == (["a", "b"], 3)
+    assert [keys.key_of("a", 0), keys.key_of("a", 2), keys.key_of("b", 0)] == [0, 2, 3]
+    assert keys.from_by_key == [7, None, 0, 10, None, None]
+    assert keys.until_by_key == [9, None, 5, 20, None, None]
+
+
+def _values(**override) -> dict:
+    # Partial histograms: one bin per Spark task, a key split over two tasks has two bins.
+    values = {"rows": 17, "rejected": 2, "bytes": 170, "outside": 0, "first_outside": None,
+              "rows_by_key": [{"x": 0.0, "y": 2.0}, {"x": 2.0, "y": 5.0}, {"x": 3.0, "y": 6.0}, {"x": 3.0, "y": 4.0}],
+              "rejected_by_key": [{"x": 3.0, "y": 1.0}, {"x": 3.0, "y": 1.0}]}
+    return {**values, **override}
+
+
+def test_reports_sum_the_bins_of_each_range():
+    reports = job_stats.reports(_spec(), _values())
+    assert [(r.topic, r.partition, r.rows, r.rejected, r.outside) for r in reports] == [
+        ("a", 0, 2, 0, 0), ("a", 2, 5, 0, 0), ("b", 0, 10, 2, 0)]
+
+
+def test_counts_that_do_not_add_up_are_refused():
+    with pytest.raises(OffsetbatchError, match="do not add up to the totals"):
+        job_stats.reports(_spec(), _values(rows=18))
+
+
+def test_a_record_outside_the_plan_is_refused_naming_it():
+    values = _values(outside=2, first_outside={"kafka_topic": "b", "kafka_partition": 0, "kafka_offset": 20})
+    with pytest.raises(job_stats.OffsetOutOfPlanError, match="2 record\\(s\\) outside the planned ranges, the first "
+                                                             "b/0 offset 20"):
+        job_stats.reports(_spec(), values)
