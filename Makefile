@@ -8,7 +8,7 @@ help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
 	@echo "             make demo SINK=iceberg: its Iceberg variant (one snapshot per batch, read back with pyiceberg)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration)"
-	@echo "make bench   benchmarks (about 25 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
+	@echo "make bench   benchmarks (about 40 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
