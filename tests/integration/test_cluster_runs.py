@@ -1,6 +1,7 @@
 """The sample pipeline's hourly runs, unchanged but for its connections, on a Spark standalone
 cluster (master + one 2-core worker) and a three-broker Kafka (replication 3, min ISR 2), through
-the kill -9 of the partition leaders' broker while a batch's Spark job reads (issue 17)."""
+the kill -9 of the partition leaders' broker while a batch's Spark job reads, and of the Spark
+worker during the job (issue 17)."""
 
 from __future__ import annotations
 
@@ -33,9 +34,8 @@ def clusters(test_state):
     kafka.wipe()
 
 
-def _kill_leader_when_reading(p, kafka: KafkaCluster, batch_id: int, killed: list[int]) -> threading.Thread:
-    """Once the batch's job writes its first file, kill -9 partition 0's leader: the batch's later
-    Spark tasks read their slices after it, from the new leader."""
+def _when_writing(p, batch_id: int, action) -> threading.Thread:
+    """Once the batch's job writes its first staged file, run ``action`` (in a thread)."""
     pattern = f"{p.table}/_offsetbatch/staging/batch_id={batch_id}/attempt=*/data/_temporary"
 
     def watch() -> None:
@@ -44,27 +44,32 @@ def _kill_leader_when_reading(p, kafka: KafkaCluster, batch_id: int, killed: lis
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not glob.glob(pattern):
             time.sleep(0.05)
-        leader = kafka.leader_of(p.topic, 0)
-        kafka.node(leader).stop(hard=True)
-        killed.append(leader)
+        if glob.glob(pattern):
+            action()
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     return t
 
 
-def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipeline, clusters):
-    kafka, spark = clusters
-    # 500 records per Spark task: a batch is 20 tasks on the worker's 2 cores, so when the first
-    # file appears (the kill below) 18 tasks have yet to read their slice from Kafka.
-    p = make_pipeline(spark={"conn_id": "spark_cluster", "records_per_task": 500,
-                             "conf": {"spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1",
-                                      "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
-                                      "spark.sql.shuffle.partitions": "2"}})
+def _cluster_pipeline(make_pipeline, kafka: KafkaCluster, spark: SparkCluster, suffix: str = ""):
+    """The sample pipeline with its Kafka and Spark connections on the clusters: nothing else differs.
+    500 records per Spark task: a 10,000-record batch is 20 tasks on the worker's 2 cores, so when
+    its first file appears most of its tasks have yet to read their slice from Kafka."""
+    p = make_pipeline(suffix, spark={"conn_id": "spark_cluster", "records_per_task": 500,
+                                     "conf": {"spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1",
+                                              "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
+                                              "spark.sql.shuffle.partitions": "2"}})
     p.env = {**p.env, "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(spark.airflow_connection())}
     p.connect("kafka_cluster", kafka.connection_extra())
     p.bootstrap = kafka.bootstrap
     kafka.create_topic(p.topic, 2)
+    return p
+
+
+def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipeline, clusters):
+    kafka, spark = clusters
+    p = _cluster_pipeline(make_pipeline, kafka, spark)
     produced = p.produce(30_000, start=BASE, hours=3, partitions=2)
 
     first = p.run(BASE)
@@ -75,7 +80,13 @@ def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipel
     assert apps and apps[0]["cores"] >= 1, spark.status()["completed_apps"]
 
     killed: list[int] = []
-    watcher = _kill_leader_when_reading(p, kafka, 2, killed)
+
+    def kill_leader() -> None:
+        leader = kafka.leader_of(p.topic, 0)
+        kafka.node(leader).stop(hard=True)
+        killed.append(leader)
+
+    watcher = _when_writing(p, 2, kill_leader)
     second = p.run(BASE + H)
     watcher.join(timeout=300)
     assert killed, "the job never started writing"
@@ -96,6 +107,34 @@ def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipel
     batches = sorted(p.ledger.list_batches(p.name), key=lambda b: b.batch_id)
     assert [b.status for b in batches] == ["committed"] * 3
     assert [b.batch_id for b in batches] == [1, 2, 3]  # contiguous: no batch lost, none planned twice
+    report = p.check()
+    assert report.ok, report.summary()
+    assert report.rejected_found == len(produced.malformed) > 0
+
+
+def test_a_worker_killed_mid_job_then_the_rerun_lands_once(make_pipeline, clusters):
+    kafka, spark = clusters
+    p = _cluster_pipeline(make_pipeline, kafka, spark, "_w")
+    produced = p.produce(20_000, start=BASE, hours=2, partitions=2)
+
+    killed: list[int | None] = []
+
+    def kill_worker() -> None:
+        killed.append(spark.kill_worker(hard=True))  # the worker and its executors, kill -9
+        spark.start()  # a replacement worker: without one the job would wait for executors forever
+
+    watcher = _when_writing(p, 1, kill_worker)
+    first = p.run(BASE)
+    watcher.join(timeout=300)
+    assert killed and killed[0], "the job never started writing"
+    if not first.ok:  # the job may recover on the new worker's executors, or fail and be re-run
+        first = p.run(BASE)
+        assert first.ok, first.output[-4000:]
+    second = p.run(BASE + H)
+    assert second.ok, second.output[-4000:]
+
+    batches = sorted(p.ledger.list_batches(p.name), key=lambda b: b.batch_id)
+    assert [(b.batch_id, b.status) for b in batches] == [(1, "committed"), (2, "committed")]
     report = p.check()
     assert report.ok, report.summary()
     assert report.rejected_found == len(produced.malformed) > 0
