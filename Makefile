@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo test test-unit bench bench-ui stack-up stack-down stack-wipe
+.PHONY: help setup demo test test-unit bench bench-ui bench-cluster stack-up stack-down stack-wipe
 
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
@@ -10,6 +10,7 @@ help:
 	@echo "make test    install everything, then run the whole test suite (unit + integration)"
 	@echo "make bench   benchmarks (about 40 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
+	@echo "make bench-cluster  the job on a Spark standalone cluster vs local[*], planning at 10,000 partitions (about 15 min)"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
 
@@ -27,6 +28,9 @@ bench: setup
 
 bench-ui: setup
 	@. scripts/env.sh && python -m offsetbatch.dev.bench.ui_pages $(BENCH_ARGS)
+
+bench-cluster: setup
+	@. scripts/env.sh && python -m offsetbatch.dev.bench.cluster $(BENCH_ARGS)
 
 test-unit: setup
 	@. scripts/env.sh && pytest -q tests/unit

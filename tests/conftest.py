@@ -15,16 +15,41 @@ import pytest
 from harness import worker_port
 
 from offsetbatch.dev.stack.kafka_broker import KafkaBroker
+from offsetbatch.dev.stack.kafka_cluster import KafkaCluster
 from offsetbatch.dev.stack.postgres import PostgresCluster
+from offsetbatch.dev.stack.spark_cluster import SparkCluster
+from offsetbatch.dev.stack.spark_connect import SparkConnectServer
 from offsetbatch.paths import PROJECT_ROOT
 
 # One state folder and one set of ports per pytest-xdist worker (gw0, gw1, ...; gw0 without xdist).
 TEST_STATE = PROJECT_ROOT / ".local" / "tests" / os.environ.get("PYTEST_XDIST_WORKER", "gw0")
 TEST_KAFKA_PORT = worker_port(19092)
 TEST_PG_PORT = worker_port(55432)
+TEST_CONNECT_PORT = worker_port(15202)
+CONNECT_CONN_ID = "spark_connect_tests"
+
+# The heaviest modules first: pytest-xdist then hands them out before the light ones, and the two
+# workers finish within a minute of each other. Its own reordering (by number of tests) would leave
+# the few-test, many-run modules for last. By ``make test``'s --durations on 2026-11-23 (seconds per
+# module on a worker): failure_recovery 2,829 (both connections), backfill 1,123, planning_cases 836,
+# triggers_and_reset 812, secure_kafka 734, cluster_runs 675, pipeline_runs 461, the rest under 310.
+# The two modules that start a Spark standalone cluster are kept apart in the order.
+HEAVIEST_FIRST = (
+    "test_failure_recovery.py", "test_backfill.py", "test_planning_cases.py", "test_triggers_and_reset.py",
+    "test_cluster_runs.py", "test_secure_kafka.py", "test_pipeline_runs.py", "test_ui_plugin.py",
+    "test_iceberg_sink.py", "test_postgres_sink.py", "test_kafka_sink.py", "test_ledger_loss.py",
+    "test_spark_connect_runs.py", "test_spark_cluster.py", "test_cli.py",
+)
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the stream
+
+
+def pytest_collection_modifyitems(config, items):
+    def weight(item) -> int:
+        name = item.path.name
+        return HEAVIEST_FIRST.index(name) if name in HEAVIEST_FIRST else len(HEAVIEST_FIRST)
+    items.sort(key=weight)  # stable: a module's own order is kept
 
 
 @pytest.fixture(scope="session")
@@ -94,6 +119,9 @@ def airflow_env(test_state, kafka_broker, postgres):
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.create_database("airflow_tests"),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
+        # The shared Connect server of the modules marked spark_connect (started when one needs it).
+        f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
+                                                                "port": TEST_CONNECT_PORT}),
         "OFFSETBATCH_HOME": str(test_state),
     }
     env.pop("OFFSETBATCH_FAULTS", None)
@@ -102,16 +130,33 @@ def airflow_env(test_state, kafka_broker, postgres):
     return env
 
 
+@pytest.fixture(scope="session")
+def spark_connect_server(test_state):
+    """One Spark Connect server (``local[2]``) per worker for the modules marked ``spark_connect``:
+    their runs' spark_job tasks are Connect clients, without a spark-submit and a Spark start each."""
+    server = SparkConnectServer(port=TEST_CONNECT_PORT, master="local[2]", home=test_state / "spark-connect-shared",
+                                conf={"spark.sql.shuffle.partitions": "2"})
+    server.start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def make_pipeline(airflow_env, kafka_broker, test_state, request):
-    """Factory of pipelines under test, each with its own topic, SQLite ledger and table."""
+    """Factory of pipelines under test, each with its own topic, SQLite ledger and table. In a module
+    marked ``spark_connect`` the pipelines' Spark jobs run on the shared Connect server."""
     import re
 
     from harness import Pipeline
 
     made = []
+    on_connect = request.node.get_closest_marker("spark_connect") is not None
+    if on_connect:
+        request.getfixturevalue("spark_connect_server")
 
     def make(suffix: str = "", ledger_url: str | None = None, **overrides):
+        if on_connect:
+            overrides = {**overrides, "spark": {"connect_conn_id": CONNECT_CONN_ID, **overrides.get("spark", {})}}
         base = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
         name = f"{base}{suffix}"
         root = test_state / "pipelines" / name
@@ -139,6 +184,28 @@ def airflow_services(airflow_env, test_state):
     services.start()
     yield services
     services.stop()
+
+
+@pytest.fixture(scope="module")
+def spark_standalone(test_state):
+    """A Spark standalone master with one 2-core worker, for the runs on "the cluster connection"
+    (issue 17); see ``harness.cluster_pipeline``. Per module, as the clusters below."""
+    spark = SparkCluster(port=worker_port(27077), ui_port=worker_port(27180), workers=1, cores=2, memory="1g",
+                         home=test_state / "cluster-spark")
+    spark.start()
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="module")
+def clusters(test_state, spark_standalone):
+    """``spark_standalone`` and a three-broker Kafka (replication 3, min ISR 2). Per module: idle,
+    the three KRaft nodes still take about 8% of a core each."""
+    kafka = KafkaCluster(port=worker_port(39192), home=test_state / "cluster-kafka")
+    kafka.wipe()
+    kafka.start()
+    yield kafka, spark_standalone
+    kafka.wipe()
 
 
 TEST_KAFKA_SECURE_PORT = worker_port(19192)  # its controller listener takes the next port

@@ -1,12 +1,16 @@
 """A pipeline under test: its YAML config, a thin DAG file, its topic, ledger and table, and
-helpers to produce records and run real Airflow DAG runs (Spark via spark-submit, real broker)."""
+helpers to produce records and run real Airflow DAG runs (real broker; Spark via spark-submit, or on
+the suite's Spark Connect server in modules marked ``spark_connect``)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -28,7 +32,8 @@ def worker_port(base: int) -> int:
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE"
 # Small batches on 2 cores: few shuffle partitions, and only the JVM's quick (C1) compiler, whose
 # code is ready sooner than the optimizing one's for jobs of a few seconds (not a production setting:
-# a 1,000-record job took 16 s instead of 30 s with it).
+# a 1,000-record job took 16 s instead of 30 s with it; the cluster variants give it to the
+# executors too).
 SPARK_TEST_CONF = {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
                    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
@@ -303,3 +308,35 @@ class AirflowServices:
                 return runs
             time.sleep(2)  # poll interval
         raise TimeoutError(f"runs of {dag_id} not finished after {timeout_s}s: {self.runs(dag_id)}")
+
+
+def cluster_pipeline(make_pipeline, spark, kafka=None, suffix: str = "_c") -> Pipeline:
+    """A pipeline whose Spark connection is the standalone master (``spark_standalone``) and, with
+    ``kafka``, whose Kafka connection is the three brokers (``clusters``): nothing else differs.
+    500 records per Spark task: a 10,000-record batch is 20 tasks on the worker's 2 cores, so when
+    its first file appears most of its tasks have yet to read their slice."""
+    conf = {**SPARK_TEST_CONF, "spark.executor.extraJavaOptions": SPARK_TEST_CONF["spark.driver.extraJavaOptions"],
+            "spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    p = make_pipeline(suffix, spark={"conn_id": "spark_cluster", "records_per_task": 500, "conf": conf})
+    p.env = {**p.env, "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(spark.airflow_connection())}
+    if kafka is not None:
+        p.connect("kafka_cluster", kafka.connection_extra())
+        p.bootstrap = kafka.bootstrap
+        kafka.create_topic(p.topic, 2)
+    return p
+
+
+def when_writing(p: Pipeline, batch_id: int, action, timeout_s: float = 300) -> threading.Thread:
+    """Once the batch's job writes its first staged file, run ``action`` (in a thread)."""
+    pattern = f"{p.table}/_offsetbatch/staging/batch_id={batch_id}/attempt=*/data/_temporary"
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not glob.glob(pattern):
+            time.sleep(0.05)
+        if glob.glob(pattern):
+            action()
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t

@@ -25,6 +25,7 @@ from offsetbatch.replay import plan_window, replay_targets
 from offsetbatch.run_request import RunRequest
 
 log = logging.getLogger(__name__)
+LOGGED_STARTS = 20  # new partitions named in the planner's log line; a 10,000-partition start is one event each
 
 
 @dataclass(frozen=True)
@@ -173,8 +174,11 @@ def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaSource, run: R
         starts = _start_offsets(cfg, kafka, new)
         if starts:
             ledger.start_partitions(conn, name, starts, cfg.starting_policy)
-            log.info("pipeline %s: %d new partition(s) start by policy %s: %s", name, len(starts), cfg.starting_policy,
-                     ", ".join(f"{tp}@{o}" for tp, o in sorted(starts.items())))
+            shown = [f"{tp}@{o}" for tp, o in sorted(starts.items())[:LOGGED_STARTS]]
+            more = f", … {len(starts) - LOGGED_STARTS} more (the ledger's audit events list each)" \
+                if len(starts) > LOGGED_STARTS else ""
+            log.info("pipeline %s: %d new partition(s) start by policy %s: %s%s", name, len(starts),
+                     cfg.starting_policy, ", ".join(shown), more)
             frontier.update(starts)
 
         superseded = ledger.superseded_pending(conn, name)

@@ -23,7 +23,7 @@ import yaml
 
 from offsetbatch.sinks.files import TableLayout
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 10, 5, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 V2 = "SELECT event_id, kind, user_id, event_time, kafka_partition, kafka_offset, 'v2' AS transform_version FROM records"

@@ -6,70 +6,19 @@ worker during the job (issue 17)."""
 from __future__ import annotations
 
 import glob
-import json
-import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from harness import worker_port
-
-from offsetbatch.dev.stack.kafka_cluster import KafkaCluster
-from offsetbatch.dev.stack.spark_cluster import SparkCluster
+from harness import cluster_pipeline, when_writing
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 
 
-@pytest.fixture(scope="module")
-def clusters(test_state):
-    kafka = KafkaCluster(port=worker_port(39192), home=test_state / "cluster-runs-kafka")
-    spark = SparkCluster(port=worker_port(27077), ui_port=worker_port(27180), workers=1, cores=2, memory="1g",
-                         home=test_state / "cluster-runs-spark")
-    kafka.wipe()
-    kafka.start()
-    spark.start()
-    yield kafka, spark
-    spark.stop()
-    kafka.wipe()
-
-
-def _when_writing(p, batch_id: int, action) -> threading.Thread:
-    """Once the batch's job writes its first staged file, run ``action`` (in a thread)."""
-    pattern = f"{p.table}/_offsetbatch/staging/batch_id={batch_id}/attempt=*/data/_temporary"
-
-    def watch() -> None:
-        import time
-
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not glob.glob(pattern):
-            time.sleep(0.05)
-        if glob.glob(pattern):
-            action()
-
-    t = threading.Thread(target=watch, daemon=True)
-    t.start()
-    return t
-
-
-def _cluster_pipeline(make_pipeline, kafka: KafkaCluster, spark: SparkCluster, suffix: str = ""):
-    """The sample pipeline with its Kafka and Spark connections on the clusters: nothing else differs.
-    500 records per Spark task: a 10,000-record batch is 20 tasks on the worker's 2 cores, so when
-    its first file appears most of its tasks have yet to read their slice from Kafka."""
-    p = make_pipeline(suffix, spark={"conn_id": "spark_cluster", "records_per_task": 500,
-                                     "conf": {"spark.executor.memory": "512m", "spark.driver.host": "127.0.0.1",
-                                              "spark.driver.bindAddress": "127.0.0.1", "spark.ui.enabled": "false",
-                                              "spark.sql.shuffle.partitions": "2"}})
-    p.env = {**p.env, "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(spark.airflow_connection())}
-    p.connect("kafka_cluster", kafka.connection_extra())
-    p.bootstrap = kafka.bootstrap
-    kafka.create_topic(p.topic, 2)
-    return p
-
-
 def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipeline, clusters):
     kafka, spark = clusters
-    p = _cluster_pipeline(make_pipeline, kafka, spark)
+    p = cluster_pipeline(make_pipeline, spark, kafka, "")
     produced = p.produce(30_000, start=BASE, hours=3, partitions=2)
 
     first = p.run(BASE)
@@ -86,7 +35,7 @@ def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipel
         kafka.node(leader).stop(hard=True)
         killed.append(leader)
 
-    watcher = _when_writing(p, 2, kill_leader)
+    watcher = when_writing(p, 2, kill_leader)
     second = p.run(BASE + H)
     watcher.join(timeout=300)
     assert killed, "the job never started writing"
@@ -114,7 +63,7 @@ def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipel
 
 def test_a_worker_killed_mid_job_then_the_rerun_lands_once(make_pipeline, clusters):
     kafka, spark = clusters
-    p = _cluster_pipeline(make_pipeline, kafka, spark, "_w")
+    p = cluster_pipeline(make_pipeline, spark, kafka, "_w")
     produced = p.produce(20_000, start=BASE, hours=2, partitions=2)
 
     killed: list[int | None] = []
@@ -123,7 +72,7 @@ def test_a_worker_killed_mid_job_then_the_rerun_lands_once(make_pipeline, cluste
         killed.append(spark.kill_worker(hard=True))  # the worker and its executors, kill -9
         spark.start()  # a replacement worker: without one the job would wait for executors forever
 
-    watcher = _when_writing(p, 1, kill_worker)
+    watcher = when_writing(p, 1, kill_worker)
     first = p.run(BASE)
     watcher.join(timeout=300)
     assert killed and killed[0], "the job never started writing"

@@ -2,7 +2,9 @@
 Invariants 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
 
 Faults are injected with OFFSETBATCH_FAULTS (offsetbatch.faults); the Spark case SIGKILLs the
-driver while its first Parquet files are being written."""
+driver while its first Parquet files are being written. Each test runs twice: with the Spark
+connection on ``local[2]``, and on a Spark standalone master with one worker (the cluster
+connection, issue 17: executors in their own JVMs write the staged files); nothing else differs."""
 
 from __future__ import annotations
 
@@ -11,11 +13,23 @@ from pathlib import Path
 
 import pytest
 
+from harness import cluster_pipeline
+
 from offsetbatch.sinks.files import FilesSink, TableLayout
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
 H = timedelta(hours=1)
+
+
+@pytest.fixture(params=["local", "cluster"])
+def new_pipeline(request, make_pipeline):
+    """``make_pipeline`` on the default connections, or with the Spark connection on the standalone
+    master (the broker stays the suite's: three brokers under failures are test_cluster_runs')."""
+    if request.param == "local":
+        return make_pipeline
+    spark = request.getfixturevalue("spark_standalone")
+    return lambda: cluster_pipeline(make_pipeline, spark)
 
 
 def _committed_first_hour(p):
@@ -29,8 +43,8 @@ def _published(p, batch_id: int) -> bool:
     return Path(TableLayout(p.table).data(batch_id)).exists()
 
 
-def test_crash_after_planning_then_rerun_of_the_same_run(make_pipeline):
-    p = make_pipeline()
+def test_crash_after_planning_then_rerun_of_the_same_run(new_pipeline):
+    p = new_pipeline()
     _committed_first_hour(p)
     crashed = p.run(BASE + H, faults="plan.after_commit")
     crashed.assert_failed_with("injected fault at plan.after_commit")
@@ -46,8 +60,8 @@ def test_crash_after_planning_then_rerun_of_the_same_run(make_pipeline):
     assert report.ok, report.summary()
 
 
-def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
-    p = make_pipeline()
+def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark):
+    p = new_pipeline()
     _committed_first_hour(p)
     committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
     crashed = p.run(BASE + H, faults="job.kill_during_write")
@@ -74,8 +88,8 @@ def test_spark_driver_killed_mid_write_then_rerun(make_pipeline, spark):
     assert not Path(layout.staging(2)).exists(), "the killed attempt's files were cleaned up"
 
 
-def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(make_pipeline):
-    p = make_pipeline()
+def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(new_pipeline):
+    p = new_pipeline()
     _committed_first_hour(p)
     crashed = p.run(BASE + H, faults="commit.before_transaction")
     crashed.assert_failed_with("injected fault at commit.before_transaction")
@@ -94,8 +108,8 @@ def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(
     assert report.ok, report.summary()
 
 
-def test_crash_inside_the_commit_transaction_rolls_back(make_pipeline):
-    p = make_pipeline()
+def test_crash_inside_the_commit_transaction_rolls_back(new_pipeline):
+    p = new_pipeline()
     before = _committed_first_hour(p)
     crashed = p.run(BASE + H, faults="commit.in_transaction")
     crashed.assert_failed_with("injected fault at commit.in_transaction")
@@ -109,8 +123,8 @@ def test_crash_inside_the_commit_transaction_rolls_back(make_pipeline):
     assert report.ok, report.summary()
 
 
-def test_crash_after_commit_before_publish_rolls_forward(make_pipeline):
-    p = make_pipeline()
+def test_crash_after_commit_before_publish_rolls_forward(new_pipeline):
+    p = new_pipeline()
     _committed_first_hour(p)
     crashed = p.run(BASE + H, faults="commit.after_transaction")
     crashed.assert_failed_with("injected fault at commit.after_transaction")

@@ -24,7 +24,7 @@ import yaml
 from offsetbatch.config import PIPELINES_DIR, load_config
 from offsetbatch.dev import verify
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 3, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 TABLE = "sample.sample_events"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 4, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 OUT_PARTITIONS = 3

@@ -78,6 +78,9 @@ def test_a_many_partition_commit_checks_every_partition_and_writes_every_range_s
         ledger.insert_batch(conn, "p", "incremental",
                             [OffsetRange(tp.topic, tp.partition, 10, 20 + i, frontier_before=10) for i, tp in enumerate(tps)],
                             dag_id="d", run_id="r1", interval=(None, None), output_path="/x")
+    started = [e for e in ledger.list_events("p", 1000) if e["kind"] == "partition_started"]  # one bulk INSERT each
+    assert sorted((e["detail"]["topic"], e["detail"]["partition"], e["detail"]["offset"]) for e in started) == \
+        sorted((tp.topic, tp.partition, 10) for tp in tps)
     batch = ledger.get_batch("p", 1)
     stats = {tp: {"rows": i, "rejected": i % 2} for i, tp in enumerate(tps)}
     with ledger.engine.begin() as conn:

@@ -15,7 +15,7 @@ import pytest
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 10, 20, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 

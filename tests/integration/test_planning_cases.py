@@ -12,7 +12,7 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTP
 from kafka.admin import NewPartitions
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 3, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 

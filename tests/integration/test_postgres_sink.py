@@ -31,7 +31,7 @@ from offsetbatch.jobspec import Manifest
 from offsetbatch.ledger import Ledger
 from offsetbatch.sinks.postgres import PostgresSettings, PostgresSink
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 TABLE = "public.sample_events"

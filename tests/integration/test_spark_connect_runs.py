@@ -4,32 +4,18 @@ runs land every record exactly once without a spark-submit, and a spark_job task
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from harness import worker_port
 
-from offsetbatch.dev.stack.spark_connect import SparkConnectServer
-
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]
 BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 
 
-@pytest.fixture(scope="module")
-def connect_server(test_state):
-    server = SparkConnectServer(port=worker_port(15102), home=test_state / "spark-connect",
-                                conf={"spark.sql.shuffle.partitions": "2"})
-    server.start()
-    yield server
-    server.stop()
-
-
-def test_runs_on_spark_connect_land_exactly_once_through_a_killed_task(make_pipeline, connect_server):
-    p = make_pipeline(spark={"connect_conn_id": "spark_connect_test", "conf": {"spark.sql.shuffle.partitions": "2"}})
-    p.env = {**p.env, "AIRFLOW_CONN_SPARK_CONNECT_TEST": json.dumps(
-        {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect_server.port})}
+def test_runs_on_spark_connect_land_exactly_once_through_a_killed_task(make_pipeline, spark_connect_server):
+    p = make_pipeline()  # spark.connect_conn_id: the suite's Connect server (the module's mark)
+    assert p.cfg.spark.connect_conn_id
     produced = p.produce(2400, start=BASE, hours=3, partitions=2)
 
     first = p.run(BASE)
@@ -39,7 +25,7 @@ def test_runs_on_spark_connect_land_exactly_once_through_a_killed_task(make_pipe
     killed = p.run(BASE + H, faults="job.kill_during_write")
     assert not killed.ok
     assert "killing the Spark client (the spark_job task) mid-write" in killed.output
-    assert connect_server.pid()  # the server survives its client
+    assert spark_connect_server.pid()  # the server survives its client
     rerun = p.run(BASE + H)
     assert rerun.ok, rerun.output[-4000:]
     third = p.run(BASE + 2 * H)

@@ -19,7 +19,7 @@ import pytest
 
 from offsetbatch.sinks.files import TableLayout
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 10, 12, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 

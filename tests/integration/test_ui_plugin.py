@@ -25,7 +25,7 @@ from harness import worker_port
 from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.paths import PROJECT_ROOT, local_dir
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 10, 1, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 CHROMIUM = "/usr/bin/chromium"

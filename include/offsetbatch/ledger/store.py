@@ -260,13 +260,20 @@ class Ledger:
                                             batch_id=batch_id, detail=detail or {}))
 
     def start_partitions(self, conn: sa.Connection, pipeline: str, starts: dict[TopicPartition, int], policy: str) -> None:
-        """Pin the first offset of newly discovered partitions (so ``latest`` is decided once)."""
+        """Pin the first offset of newly discovered partitions (so ``latest`` is decided once), each
+        with its audit event. Two multi-row INSERTs (SQLAlchemy's insertmanyvalues), not two round
+        trips per partition: a first plan at 10,000 partitions took 30 s that way on PostgreSQL."""
+        if not starts:
+            return
         t = eng.now()
-        for tp, offset in sorted(starts.items()):
-            conn.execute(frontier.insert().values(pipeline=pipeline, topic=tp.topic, partition=tp.partition,
-                                                  start_offset=offset, next_offset=offset, updated_at=t))
-            self.event(conn, pipeline, "partition_started",
-                       {"topic": tp.topic, "partition": tp.partition, "offset": offset, "policy": policy})
+        ordered = sorted(starts.items())
+        conn.execute(frontier.insert(), [dict(pipeline=pipeline, topic=tp.topic, partition=tp.partition,
+                                              start_offset=offset, next_offset=offset, updated_at=t)
+                                         for tp, offset in ordered])
+        conn.execute(events.insert(), [dict(pipeline=pipeline, at=t, kind="partition_started", actor=None, batch_id=None,
+                                            detail={"topic": tp.topic, "partition": tp.partition, "offset": offset,
+                                                    "policy": policy})
+                                       for tp, offset in ordered])
 
     def skip_gap(self, conn: sa.Connection, pipeline: str, gap: Gap) -> None:
         """Record offsets lost to retention and move the frontier over them, audited, in one

@@ -29,6 +29,7 @@ class Cost:
     first_plan: float  # new partitions pinned by the starting policy, then planned
     plan: float  # steady state: frontier known, broker asked for earliest/latest/time cut
     commit: float
+    next_plan: float | None = None  # steady state with a new record in every partition: a full batch
 
 
 def layout(partitions: int) -> list[tuple[str, int]]:
@@ -65,7 +66,19 @@ def _config(work: Path, topics: list[str], ledger_url: str, bootstrap_conn: str)
     return load_config(path)
 
 
-def measure(bootstrap: str, partitions: int, backend: str, ledger_url: str, work: Path, conn_id: str) -> Cost:
+def produce_one_each(bootstrap: str, partitions: int) -> None:
+    """One more record in every partition of the layout's topics."""
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20)
+    for topic, n in layout(partitions):
+        for p in range(n):
+            producer.send(topic, value=b'{"i":-1}', partition=p)
+    producer.flush()
+    producer.close()
+
+
+def measure(bootstrap: str, partitions: int, backend: str, ledger_url: str, work: Path, conn_id: str,
+            next_batch: bool = False) -> Cost:
+    """``next_batch``: also time the plan of the batch after (one new record in every partition)."""
     topics = ensure_topics(bootstrap, partitions)
     cfg = _config(work, topics, ledger_url, conn_id)
     ledger = Ledger(ledger_url, create=True)
@@ -87,6 +100,13 @@ def measure(bootstrap: str, partitions: int, backend: str, ledger_url: str, work
             steady = plan_for_run(cfg, ledger, kafka, RunInfo("bench", f"next-{uuid.uuid4().hex[:6]}"), cfg.sink.path)
             plan = time.perf_counter() - t0
             assert steady.outcome == "empty"
+            next_plan = None
+            if next_batch:
+                produce_one_each(bootstrap, partitions)
+                t0 = time.perf_counter()
+                nxt = plan_for_run(cfg, ledger, kafka, RunInfo("bench", f"then-{uuid.uuid4().hex[:6]}"), cfg.sink.path)
+                next_plan = time.perf_counter() - t0
+                assert nxt.batch is not None and len(nxt.batch.ranges) == partitions, "a range in every partition"
     finally:
         ledger.dispose()
-    return Cost(partitions, backend, first_plan, plan, commit)
+    return Cost(partitions, backend, first_plan, plan, commit, next_plan)

@@ -74,10 +74,11 @@ def _watch_rss(proc: subprocess.Popen, peak: list[float], stop: threading.Event)
 
 
 def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path,
-                 with_jobs: bool = True) -> tuple[float, float, str]:
-    """(wall seconds, peak driver RSS in MiB, output) of one spark-submit in local[*] with the
-    connector; ``with_jobs``: the project's jobs/ on the Python path (not for the peers)."""
-    cmd = [shutil.which("spark-submit") or "spark-submit", "--master", "local[*]",
+                 with_jobs: bool = True, master: str = "local[*]") -> tuple[float, float, str]:
+    """(wall seconds, peak driver RSS in MiB, output) of one spark-submit (``master``: local[*] or a
+    standalone master's URL) with the connector; ``with_jobs``: the project's jobs/ on the Python
+    path (not for the peers)."""
+    cmd = [shutil.which("spark-submit") or "spark-submit", "--master", master,
            "--jars", ",".join(spark_connector_jars())]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
@@ -110,9 +111,9 @@ def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
 
 
 def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
-              client: KafkaClientConfig | None = None, name: str = "job") -> Sample:
+              client: KafkaClientConfig | None = None, name: str = "job", master: str = "local[*]") -> Sample:
     """The job as the spark_job task submits it; ``client``: a secured broker's settings (options
-    in the spec, secrets in a private file, as the operator does)."""
+    in the spec, secrets in a private file, as the operator does); ``master``: where it runs."""
     table = work / f"{name}-{rep}" / "table"
     shutil.rmtree(table.parent, ignore_errors=True)
     spec = job_spec(ds, bootstrap, str(table))
@@ -125,7 +126,7 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     try:
         wall, rss, _ = spark_submit(JOBS / "offsetbatch_job.py", ["--spec", uri, "--attempt", "bench",
                                                                   *([SECRETS_ARG, str(secrets_file)] if secrets_file else [])],
-                                    conf, work / f"{name}-{rep}.log")
+                                    conf, work / f"{name}-{rep}.log", master=master)
     finally:
         remove_secrets_file(secrets_file)
     m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
