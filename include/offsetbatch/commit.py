@@ -120,6 +120,22 @@ def _publish_in_transaction(cfg: PipelineConfig, ledger: Ledger, sink: Sink, con
     ledger.mark_published(conn, cfg.name, batch_id)
 
 
+def _already_committed(cfg: PipelineConfig, sink: Sink, batch: Batch, attempt: str) -> CommitResult:
+    """A committed batch is left as is: this attempt's own earlier try, or another run's attempt
+    (this attempt's output is then discarded)."""
+    winner = batch.stats.get("committed_attempt")
+    if winner == attempt:  # this task's own earlier try committed it (and published it)
+        if sink.publishes_in_ledger_transaction:
+            sink.cleanup(batch.batch_id)  # that try may have died between its COMMIT and the cleanup
+        log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name,
+                 batch.batch_id, attempt)
+    else:
+        sink.discard(batch.batch_id, attempt)  # a redundant re-execution's output
+        log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
+                 cfg.name, batch.batch_id, winner, attempt)
+    return CommitResult(batch.batch_id, "already_committed", batch.stats)
+
+
 def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: str,
                  kafka: KafkaSource | None = None) -> CommitResult:
     """Commit the output of one finished Spark attempt of a batch. Idempotent: a committed batch is
@@ -129,16 +145,7 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
     batch = ledger.get_batch(cfg.name, batch_id)
     sink = sink_for(cfg.name, cfg.sink)
     if batch.status == "committed":
-        winner = batch.stats.get("committed_attempt")
-        if winner == attempt:  # this task's own earlier try committed it (and published it above)
-            if sink.publishes_in_ledger_transaction:
-                sink.cleanup(batch_id)  # that try may have died between its COMMIT and the cleanup
-            log.info("pipeline %s batch %d: already committed by this attempt (%s); nothing to do", cfg.name, batch_id, attempt)
-        else:
-            sink.discard(batch_id, attempt)  # a redundant re-execution's output
-            log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
-                     cfg.name, batch_id, winner, attempt)
-        return CommitResult(batch_id, "already_committed", batch.stats)
+        return _already_committed(cfg, sink, batch, attempt)
     if batch.status != "planned":
         raise BatchStateError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be "
                               f"committed. Nothing was committed; 'offsetbatch batch {cfg.name} {batch_id}' shows why.")
@@ -157,10 +164,16 @@ def commit_batch(cfg: PipelineConfig, ledger: Ledger, batch_id: int, attempt: st
                  rows_rejected=manifest.rows_rejected, bytes_in=manifest.bytes_in, job_seconds=manifest.job_seconds)
     range_stats = {TopicPartition(r.topic, r.partition): {"rows": r.rows, "rejected": r.rejected} for r in manifest.ranges}
     with ledger.lock(cfg.name) as conn:
-        ledger.commit_batch(conn, batch, {**stats, "commit_seconds": round(time.monotonic() - t0, 3)}, range_stats)
-        if sink.publishes_in_ledger_transaction:
-            _publish_in_transaction(cfg, ledger, sink, conn, batch_id, batch.output_id, attempt)
-        faults.checkpoint("commit.in_transaction")
+        # Two runs may execute one pending batch at once (a resumed batch, a replay joined by a second
+        # trigger); the one that waited for the lock finds it committed by the other and writes nothing.
+        locked_view = ledger.get_batch(cfg.name, batch_id, conn)
+        if locked_view.status != "committed":
+            ledger.commit_batch(conn, batch, {**stats, "commit_seconds": round(time.monotonic() - t0, 3)}, range_stats)
+            if sink.publishes_in_ledger_transaction:
+                _publish_in_transaction(cfg, ledger, sink, conn, batch_id, batch.output_id, attempt)
+            faults.checkpoint("commit.in_transaction")
+    if locked_view.status == "committed":
+        return _already_committed(cfg, sink, locked_view, attempt)
     log.info("pipeline %s batch %d (%s): committed%s: %s", cfg.name, batch_id, batch.kind,
              ", frontier advanced" if batch.moves_frontier else ", frontier untouched", batch.describe_ranges())
     faults.checkpoint("commit.after_transaction")

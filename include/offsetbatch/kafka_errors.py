@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from offsetbatch.kafka_connection import KafkaClientConfig
 
 CONNECT_TIMEOUT_MS = 10_000  # Kafka clients' own socket.connection.setup.timeout.ms default
+# A broker that accepts connections but has not finished the Kafka handshake in CONNECT_TIMEOUT_MS is
+# slow (a loaded host, a GC pause), not absent: it gets this much longer before the failure is
+# explained, so that a wrong password still fails at once instead of looking unreachable (retried).
+SLOW_BROKER_TIMEOUT_MS = 30_000
+log = logging.getLogger(__name__)
 
 
 class _Collector(logging.Handler):
@@ -69,12 +74,30 @@ def connect_admin(client: "KafkaClientConfig") -> "KafkaAdminClient":
     """kafka-python's admin client for ``client``, or a ``KafkaAuthError``/``KafkaUnreachableError``."""
     from kafka import KafkaAdminClient
 
+    def admin(timeout_ms: int) -> "KafkaAdminClient":
+        return KafkaAdminClient(**{"client_id": "offsetbatch", **client.kafka_python()},
+                                request_timeout_ms=30_000, bootstrap_timeout_ms=timeout_ms)
+
     with _CONNECTING, _collect_kafka_logs() as logs:
         try:
-            return KafkaAdminClient(**{"client_id": "offsetbatch", **client.kafka_python()},
-                                    request_timeout_ms=30_000, bootstrap_timeout_ms=CONNECT_TIMEOUT_MS)
+            return admin(CONNECT_TIMEOUT_MS)
         except Exception as exc:  # noqa: BLE001 - every failure is explained below
-            raise explain(exc, client, logs.lines) from exc
+            error = explain(exc, client, logs.lines)
+            if not isinstance(error, KafkaUnreachableError) or _speaks_tls(client.bootstrap) is None:
+                raise error from exc
+        log.warning("%s: the broker accepts connections but did not answer within %d s; waiting up to %d s more",
+                    client.describe(), CONNECT_TIMEOUT_MS // 1000, SLOW_BROKER_TIMEOUT_MS // 1000)
+        try:
+            return admin(SLOW_BROKER_TIMEOUT_MS)
+        except Exception as exc:  # noqa: BLE001
+            error = explain(exc, client, logs.lines)
+            if isinstance(error, KafkaUnreachableError):
+                waited = (CONNECT_TIMEOUT_MS + SLOW_BROKER_TIMEOUT_MS) // 1000
+                error = KafkaUnreachableError(
+                    f"Kafka {client.describe()}: the broker accepts connections but did not answer the Kafka handshake "
+                    f"within {waited} s ({type(exc).__name__}: {exc}). It is overloaded or stuck; check its log. The "
+                    f"task's retries try again.")
+            raise error from exc
 
 
 def explain(exc: BaseException, client: "KafkaClientConfig", logged: list[str] | None = None,

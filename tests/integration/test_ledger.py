@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -66,6 +67,46 @@ def test_a_stale_commit_fails_clearly_and_changes_nothing(ledger):
             ledger.commit_batch(conn, batch, {"rows_in": 100}, {})
     assert ledger.get_batch("p", 1).status == "planned"
     assert ledger.frontier_now("p") == {TopicPartition("t", 0): 40}
+
+
+def test_a_commit_that_waited_for_the_lock_finds_the_batch_committed_by_the_other_run(ledger, tmp_path, monkeypatch):
+    """Two runs executing one pending batch (a resumed batch, a replay joined by a second trigger):
+    both read it 'planned'; the one that gets the lock second succeeds as already committed, writes
+    nothing and discards its own attempt's output."""
+    from offsetbatch import commit, faults
+    from offsetbatch.config import load_config
+    from offsetbatch.jobspec import Manifest, RangeReport
+    from offsetbatch.sinks import sink_for
+
+    _plan_one(ledger)
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: p\nkafka: {{topics: [t]}}\nsink: {{path: {tmp_path / 'table'}}}\nledger: {{url: '{ledger.url}'}}\n")
+    cfg = load_config(path)
+    staging = sink_for(cfg.name, cfg.sink).staging
+    for attempt in ("a", "b"):
+        data = Path(staging.attempt(1, attempt)) / "data"
+        data.mkdir(parents=True)
+        (data / "part-0.parquet").write_text(attempt)
+        Manifest("p", 1, [RangeReport("t", 0, 0, 100, 100, 0)], 100, 100, 0, 1000, [], [], 1.0, "4.3.0",
+                 attempt).save(staging.staging_manifest(1, attempt))
+
+    real = faults.checkpoint
+    def a_commits_first(point: str) -> None:  # run b is past its own status check, not yet in the lock
+        if point == "commit.before_transaction" and ledger.get_batch("p", 1).status == "planned":
+            monkeypatch.setattr(faults, "checkpoint", real)
+            assert commit.commit_batch(cfg, ledger, 1, "a").outcome == "committed"
+        real(point)
+
+    monkeypatch.setattr(faults, "checkpoint", a_commits_first)
+    events_before = len(ledger.list_events("p"))
+    late = commit.commit_batch(cfg, ledger, 1, "b")
+    assert late.outcome == "already_committed"
+    batch = ledger.get_batch("p", 1)
+    assert (batch.status, batch.stats["committed_attempt"]) == ("committed", "a")
+    assert ledger.frontier_now("p") == {TopicPartition("t", 0): 100}
+    added = ledger.list_events("p")
+    assert [e["kind"] for e in added[: len(added) - events_before]].count("batch_committed") == 1
+    assert not Path(staging.attempt(1, "b")).exists()
 
 
 def test_a_many_partition_commit_checks_every_partition_and_writes_every_range_stat(ledger):

@@ -185,3 +185,44 @@ def test_the_job_joins_spec_options_and_secrets_and_refuses_a_mismatch():
         _job_options(sasl, {})
     with pytest.raises(ConfigError, match="the Kafka connection changed after the batch was planned"):
         _job_options({"kafka.security.protocol": "PLAINTEXT"}, jaas)
+
+
+class _SlowThenAnswering:
+    """kafka-python's admin client as a loaded broker makes it look: the first bootstrap times out
+    with nothing logged; a later one gets the broker's real answer (``answer``, a log line)."""
+
+    def __init__(self, answer: str | None):
+        self.answer, self.timeouts = answer, []
+
+    def __call__(self, **kwargs):
+        import logging
+
+        from kafka import errors as kerr
+
+        self.timeouts.append(kwargs["bootstrap_timeout_ms"])
+        if len(self.timeouts) > 1 and self.answer:
+            logging.getLogger("kafka.conn").error(self.answer)
+        raise kerr.KafkaTimeoutError(f"Unable to bootstrap from {kwargs['bootstrap_servers']}")
+
+
+@pytest.mark.parametrize("listening, answer, expected, timeouts", [
+    (True, "<BrokerConnection host=127.0.0.1:9093>: Authentication failed due to invalid credentials with SASL "
+           "mechanism SCRAM-SHA-512", "authentication failed for user 'pipe'", [10_000, 30_000]),
+    (True, None, "accepts connections but did not answer the Kafka handshake within 40 s", [10_000, 30_000]),
+    (None, None, "no broker answered within 10 s", [10_000]),
+], ids=["slow-then-wrong-password", "slow-both-times", "nothing-listens"])
+def test_a_slow_broker_gets_a_longer_wait_before_it_is_called_unreachable(ca, monkeypatch, listening, answer,
+                                                                           expected, timeouts):
+    """Under load the first Kafka handshake can outlast 10 s with nothing logged; calling that
+    unreachable would retry a wrong password instead of failing the task at once."""
+    import kafka
+
+    from offsetbatch import kafka_errors
+
+    fake = _SlowThenAnswering(answer)
+    monkeypatch.setattr(kafka, "KafkaAdminClient", fake)
+    monkeypatch.setattr(kafka_errors, "_speaks_tls", lambda bootstrap: listening)
+    with pytest.raises((KafkaAuthError, KafkaUnreachableError), match=expected) as err:
+        kafka_errors.connect_admin(from_settings("kafka_secure", _secured(ca)))
+    assert fake.timeouts == timeouts
+    assert isinstance(err.value, KafkaAuthError) == (answer is not None)
