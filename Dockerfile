@@ -66,6 +66,6 @@ ENV PYTHONPATH=/opt/offsetbatch/include \
 
 # Drop the connector jars pyspark already ships (two copies of a jar on one classpath), and prove
 # the driver side imports: pyspark (not pyspark-client) won, the connector is complete.
-RUN python -c "from offsetbatch.dev.stack.artifacts import fetch_spark_connector; print(fetch_spark_connector())" \
+RUN python -c "from offsetbatch_dev.stack.artifacts import fetch_spark_connector; print(fetch_spark_connector())" \
  && python -c "import pyspark, airflow; assert pyspark.__version__ == '4.3.0', pyspark.__version__; print('pyspark', pyspark.__version__, 'airflow', airflow.__version__)" \
  && java -version

@@ -24,13 +24,13 @@ test: setup
 	@. scripts/env.sh && scripts/run-tests.sh
 
 bench: setup
-	@. scripts/env.sh && python -m offsetbatch.dev.bench $(BENCH_ARGS)
+	@. scripts/env.sh && python -m offsetbatch_dev.bench $(BENCH_ARGS)
 
 bench-ui: setup
-	@. scripts/env.sh && python -m offsetbatch.dev.bench.ui_pages $(BENCH_ARGS)
+	@. scripts/env.sh && python -m offsetbatch_dev.bench.ui_pages $(BENCH_ARGS)
 
 bench-cluster: setup
-	@. scripts/env.sh && python -m offsetbatch.dev.bench.cluster $(BENCH_ARGS)
+	@. scripts/env.sh && python -m offsetbatch_dev.bench.cluster $(BENCH_ARGS)
 
 test-unit: setup
 	@. scripts/env.sh && pytest -q tests/unit

@@ -28,7 +28,7 @@ fi
 PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
 "$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), f"Python 3.11 is required, found {sys.version}"'
 stamp=.venv/.installed
-if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ scripts/dev/pyproject.toml -nt "$stamp" ]; then
   log "creating .venv and installing pinned Python packages (requirements.txt, constraints.txt)"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
@@ -37,6 +37,7 @@ if [ ! -f "$stamp" ] || [ requirements.txt -nt "$stamp" ] || [ constraints.txt -
   pyspark_pin=$(grep -E '^pyspark==' requirements.txt)
   .venv/bin/pip install -q --force-reinstall --no-deps "$pyspark_pin"
   .venv/bin/pip install -q --no-deps -e .
+  .venv/bin/pip install -q --no-deps -e scripts/dev  # development tooling (offsetbatch-stack), not in the runtime wheel
   touch "$stamp"
 fi
 
@@ -55,7 +56,7 @@ fi
 # Every installed pipeline (OFFSETBATCH_PIPELINES, as the DAG file reads it); a config that does not load gets no pool (warned).
 python - > "$AIRFLOW_HOME/pools.json" <<'PY'
 import json, sys
-from offsetbatch.dag_factory import installed_configs
+from offsetbatch.dag.factory import installed_configs
 configs, errors = installed_configs()
 for error in errors:
     print(f"setup: warning: no pool (and no DAG) until this config is fixed: {error}", file=sys.stderr)

@@ -14,12 +14,12 @@ import shutil
 import pytest
 from harness import worker_port
 
-from offsetbatch.dev.stack.kafka_broker import KafkaBroker
-from offsetbatch.dev.stack.kafka_cluster import KafkaCluster
-from offsetbatch.dev.stack.postgres import PostgresCluster
-from offsetbatch.dev.stack.spark_cluster import SparkCluster
-from offsetbatch.dev.stack.spark_connect import SparkConnectServer
 from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev.stack.kafka_broker import KafkaBroker
+from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
+from offsetbatch_dev.stack.postgres import PostgresCluster
+from offsetbatch_dev.stack.spark_cluster import SparkCluster
+from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
 # One state folder and one set of ports per pytest-xdist worker (gw0, gw1, ...; gw0 without xdist).
 TEST_STATE = PROJECT_ROOT / ".local" / "tests" / os.environ.get("PYTEST_XDIST_WORKER", "gw0")
@@ -83,7 +83,7 @@ def spark():
     classpath is fixed at launch, so every in-process session must share this one."""
     from pyspark.sql import SparkSession
 
-    from offsetbatch.spark_jars import spark_connector_jars
+    from offsetbatch.dag.spark_jars import spark_connector_jars
 
     session = (
         SparkSession.builder.master("local[2]").appName("offsetbatch-tests")

@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 
 from offsetbatch.config import load_config
-from offsetbatch.dev import verify
-from offsetbatch.dev.sample.producer import ProduceResult, produce
 from offsetbatch.ledger import Ledger
+from offsetbatch_dev import verify
+from offsetbatch_dev.sample.producer import ProduceResult, produce
 
 HELPER = Path(__file__).parent / "helpers" / "run_dag.py"
 
@@ -82,7 +82,7 @@ class Pipeline:
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.dag_file = Path(self.env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{self.name}.py"
         self.dag_file.write_text(
-            "# Airflow DAG under test\nfrom offsetbatch.dag_factory import pipeline_dag\n\n"
+            "# Airflow DAG under test\nfrom offsetbatch.dag.factory import pipeline_dag\n\n"
             f"dag = pipeline_dag({str(self.config_path)!r})\n"
         )
         self.cfg = load_config(self.config_path)
@@ -204,10 +204,9 @@ class AirflowServices:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, timeout_s: float = 180) -> None:
+        import socket
         import time
         import urllib.request
-
-        import socket
 
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", self.port)) == 0:

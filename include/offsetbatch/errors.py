@@ -53,6 +53,18 @@ class BackfillRefusedError(PipelineError):
     """A backfill or replay asked for offsets the scheduled runs have not read yet."""
 
 
+class RebuildRefusedError(PipelineError):
+    """The table's manifests cannot be turned into a consistent ledger, or the ledger is not empty."""
+
+
+class TransformAnalysisError(ConfigError):
+    """The transform does not analyze against the records it would get: found before any Kafka read."""
+
+
+class OffsetOutOfPlanError(OffsetbatchError):
+    """Spark returned a record outside the planned ranges: never commit such a batch."""
+
+
 class CommitError(OffsetbatchError):
     """The commit refused a batch's output; nothing was committed."""
 

@@ -10,10 +10,10 @@ import shutil
 import pytest
 
 from offsetbatch.config import load_all
-from offsetbatch.dag_factory import pipeline_dags, raise_config_errors
+from offsetbatch.dag.factory import pipeline_dags, raise_config_errors
 from offsetbatch.errors import ConfigError
 from offsetbatch.paths import PROJECT_ROOT
-from offsetbatch.run_request import PARAM_NAMES
+from offsetbatch.plan.request import PARAM_NAMES
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_a_bad_config_is_an_import_error_naming_file_and_field(tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text("name: broken\nkafka: {topics: [x]}\nsink: {path: relative/path}\n")
     (tmp_path / "broken_dag.py").write_text(
-        f"# Airflow DAG\nfrom offsetbatch.dag_factory import pipeline_dag\ndag = pipeline_dag({str(bad)!r})\n"
+        f"# Airflow DAG\nfrom offsetbatch.dag.factory import pipeline_dag\ndag = pipeline_dag({str(bad)!r})\n"
     )
     errors = DagBag(dag_folder=str(tmp_path)).import_errors
     assert len(errors) == 1

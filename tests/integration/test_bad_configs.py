@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from harness import HELPER, SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -55,7 +54,7 @@ def _write_pipeline(airflow_env: dict, root: Path, name: str, change: dict) -> t
     config = root / f"{name}.yaml"
     config.write_text(yaml.safe_dump(cfg))
     dag_file = Path(airflow_env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{name}.py"
-    dag_file.write_text("# Airflow DAG under test\nfrom offsetbatch.dag_factory import pipeline_dag\n\n"
+    dag_file.write_text("# Airflow DAG under test\nfrom offsetbatch.dag.factory import pipeline_dag\n\n"
                         f"dag = pipeline_dag({str(config)!r})\n")
     return config, dag_file, ledger
 

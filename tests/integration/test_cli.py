@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from offsetbatch.kafka_source import KafkaSource
+from offsetbatch.source.admin import KafkaAdmin
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 4, tzinfo=timezone.utc)
@@ -29,7 +29,7 @@ def test_status_and_batch_figures_match_broker_and_ledger(make_pipeline):
     assert res.returncode == 0, res.stderr
     [st] = json.loads(res.stdout)
     frontier = p.ledger.frontier_now(p.name)
-    with KafkaSource(p.bootstrap) as kafka:
+    with KafkaAdmin(p.bootstrap) as kafka:
         ends = {tp: po.latest for tp, po in kafka.offsets(list(frontier)).items()}
     got = {(x["topic"], x["partition"]): x for x in st["partitions"]}
     assert len(got) == 2

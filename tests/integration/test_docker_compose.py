@@ -74,7 +74,7 @@ def test_kafka_is_sasl_ssl_and_the_airflow_connection_uses_it():
     offsetbatch accepts key by key (nothing it would drop), with the CA the certs job exports."""
     import json
 
-    from offsetbatch.kafka_connection import IGNORED, SUPPORTED
+    from offsetbatch.source.connection import IGNORED, SUPPORTED
 
     doc = yaml.safe_load(COMPOSE.read_text())
     for broker in BROKERS:
@@ -239,7 +239,7 @@ def test_dockerfile_pins_its_apt_packages_and_installs_the_locked_python_tree():
 
 
 def test_dockerfile_copies_project_sources_only_and_resolves_jars_as_make_setup_does():
-    from offsetbatch.dev.stack.artifacts import DEPENDENCY_PLUGIN
+    from offsetbatch_dev.stack.artifacts import DEPENDENCY_PLUGIN
 
     copies = [args.split() for word, args in _dockerfile_instructions() if word == "COPY"]
     sources = [a for c in copies if not any(x.startswith("--from=") for x in c)

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 from harness import cluster_pipeline
 
 from offsetbatch.sinks.files import FilesSink, TableLayout

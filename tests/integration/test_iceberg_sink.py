@@ -22,13 +22,13 @@ import pytest
 import yaml
 
 from offsetbatch.config import PIPELINES_DIR, load_config
-from offsetbatch.dev import verify
+from offsetbatch_dev import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 3, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 TABLE = "sample.sample_events"
-COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.tasks import commit_step\n"
+COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.dag.tasks import commit_step\n"
           "print(commit_step(load_config(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
 
 
@@ -211,7 +211,7 @@ def test_sqlite_catalog_and_a_refused_type_change(make_pipeline):
     assert shown["table"] == f"offsetbatch.{TABLE}"
 
     # a lost ledger is rebuilt from the snapshot summaries alone: the same ranges and frontier
-    from offsetbatch.rebuild import plan_rebuild
+    from offsetbatch.commit.rebuild import plan_rebuild
     from offsetbatch.sinks import sink_for
 
     plan = plan_rebuild(p.name, sink_for(p.name, p.cfg.sink))

@@ -4,7 +4,6 @@ fallback for a batch whose rejected records do not fit the driver writes the sam
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pyarrow.parquet as pq
@@ -12,9 +11,8 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from offsetbatch import job_stats
+from offsetbatch.job import stats as job_stats
 from offsetbatch.jobspec import JobSpec
-from offsetbatch.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 SCHEMA = "event_id STRING, kind STRING, n INT"
@@ -27,10 +25,9 @@ BAD = {  # offset in partition 1 -> (value, reason)
 
 
 def _job():
-    spec = importlib.util.spec_from_file_location("offsetbatch_job", PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from offsetbatch.job import run
+
+    return run
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,17 @@ import time
 from pathlib import Path
 
 import pytest
+from harness import worker_port
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import (
-    GroupAuthorizationFailedError, KafkaTimeoutError, TopicAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaTimeoutError,
+    TopicAuthorizationFailedError,
 )
 from kafka.structs import OffsetAndMetadata
 
-from harness import worker_port
-
-from offsetbatch.dev.stack.kafka_broker import BrokerError, KafkaBroker
+from offsetbatch_dev.stack.kafka_broker import BrokerError, KafkaBroker
 
 pytestmark = pytest.mark.integration
 
@@ -128,8 +129,14 @@ def secured(secure_kafka_broker):
 
 def _granted_topics(broker: KafkaBroker, user: str) -> set[str]:
     """The topics the broker's authorizer lets ``user`` DESCRIBE, read back from the broker as admin."""
-    from kafka.admin import (ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
-                             ResourcePatternFilter, ResourceType)
+    from kafka.admin import (
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        ResourcePatternFilter,
+        ResourceType,
+    )
 
     admin = broker.admin_client(request_timeout_ms=10_000)
     try:

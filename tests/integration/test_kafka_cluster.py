@@ -12,9 +12,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.structs import OffsetAndMetadata
 
-from offsetbatch.dev.stack import cli
-from offsetbatch.dev.stack.kafka_broker import BrokerError
-from offsetbatch.dev.stack.kafka_cluster import KafkaCluster
+from offsetbatch_dev.stack import cli
+from offsetbatch_dev.stack.kafka_broker import BrokerError
+from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
 
 pytestmark = pytest.mark.integration
 

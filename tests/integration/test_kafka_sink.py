@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs 
 BASE = datetime(2026, 11, 4, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 OUT_PARTITIONS = 3
-COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.tasks import commit_step\n"
+COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.dag.tasks import commit_step\n"
           "print(commit_step(load_config(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
 TRANSFORM = "SELECT event_id, kind, user_id, event_time, kafka_topic, kafka_partition, kafka_offset FROM records"
 
@@ -140,7 +140,7 @@ def test_hourly_kill9_with_the_transaction_open_and_after_its_commit(make_pipeli
     assert sum(1 for n in dup.values() if n == 2) == rows_2
 
     # malformed records as Parquet under <path>/_rejected, batch by batch
-    from offsetbatch.dev import verify
+    from offsetbatch_dev import verify
 
     committed_ranges = [r for b in p.ledger.list_batches(p.name, 10) if b.status == "committed" for r in b.ranges]
     assert sorted(verify.rejected_offsets(p.table)) == sorted(

@@ -13,12 +13,12 @@ import pytest
 import sqlalchemy as sa
 
 from offsetbatch.config import PipelineConfig
-from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger, LedgerLockTimeout, StaleCommitError
 from offsetbatch.ledger.schema import LATEST, ranges, schema_version
 from offsetbatch.model import OffsetRange, TopicPartition
-from offsetbatch.planner import RunInfo, plan_for_run
-from offsetbatch.dev.sample.producer import produce
+from offsetbatch.plan.planner import RunInfo, plan_for_run
+from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch_dev.sample.producer import produce
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,8 @@ def test_a_commit_that_waited_for_the_lock_finds_the_batch_committed_by_the_othe
     """Two runs executing one pending batch (a resumed batch, a replay joined by a second trigger):
     both read it 'planned'; the one that gets the lock second succeeds as already committed, writes
     nothing and discards its own attempt's output."""
-    from offsetbatch import commit, faults
+    from offsetbatch import faults
+    from offsetbatch.commit import protocol as commit
     from offsetbatch.config import load_config
     from offsetbatch.jobspec import Manifest, RangeReport
     from offsetbatch.sinks import sink_for
@@ -194,7 +195,7 @@ def _cfg(topic: str, url: str) -> PipelineConfig:
 
 def test_planning_is_idempotent_per_run_and_resumes_pending_batches(ledger, kafka_broker, topic):
     cfg = _cfg(topic, ledger.url)
-    with KafkaSource(kafka_broker.bootstrap) as kafka:
+    with KafkaAdmin(kafka_broker.bootstrap) as kafka:
         first = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
         again = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
         other = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-2"), "/tmp/unused")
@@ -213,7 +214,7 @@ def test_a_timestamp_starting_policy_starts_new_partitions_at_that_time(ledger, 
     produce(kafka_broker.bootstrap, name, 400, partitions=2, start=base, hours=1, malformed_fraction=0, progress=False)
     cfg = PipelineConfig(name="ts_policy", kafka={"topics": [name]}, sink={"path": "/tmp/unused"},
                          ledger={"url": ledger.url}, starting_policy=(base + timedelta(minutes=30)).isoformat())
-    with KafkaSource(kafka_broker.bootstrap) as kafka:
+    with KafkaAdmin(kafka_broker.bootstrap) as kafka:
         result = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
     assert [str(r) for r in result.batch.ranges] == [f"{name}/0[100,200)", f"{name}/1[100,200)"]
     assert [row["start_offset"] for row in ledger.frontier_rows("ts_policy")] == [100, 100]
@@ -223,7 +224,7 @@ def test_concurrent_planners_create_exactly_one_batch(ledger, kafka_broker, topi
     cfg = _cfg(topic, ledger.url)
 
     def plan(i: int):
-        with KafkaSource(kafka_broker.bootstrap) as kafka:
+        with KafkaAdmin(kafka_broker.bootstrap) as kafka:
             return plan_for_run(cfg, ledger, kafka, RunInfo("d", f"run-{i}"), "/tmp/unused")
 
     with ThreadPoolExecutor(8) as pool:

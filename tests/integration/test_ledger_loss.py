@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
+from offsetbatch.source.admin import KafkaAdmin
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 10, 20, tzinfo=timezone.utc)
@@ -70,6 +70,6 @@ def test_a_lost_ledger_is_refused_then_rebuilt_from_the_table(make_pipeline):
     assert resumed.ok, resumed.output[-4000:]
     report = p.check()  # every produced record exactly once, the rejected ones once, ranges contiguous
     assert report.ok, report.summary()
-    with KafkaSource(p.bootstrap) as kafka:
+    with KafkaAdmin(p.bootstrap) as kafka:
         ends = {tp: po.latest for tp, po in kafka.offsets(list(p.ledger.frontier_now(p.name))).items()}
     assert p.ledger.frontier_now(p.name) == ends

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from offsetbatch.dev import verify
-from offsetbatch.kafka_source import KafkaSource
+from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch_dev import verify
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -33,7 +33,7 @@ def test_hourly_runs_land_every_record_exactly_once(make_pipeline):
     assert report.rejected_found == len(produced.malformed) > 0
     assert verify.output_batches(p.table) == Counter({b.batch_id: b.stats["rows_out"] for b in batches})
     # Progress is published to the pipeline's consumer group, readable by standard lag tools.
-    with KafkaSource(p.bootstrap) as kafka:
+    with KafkaAdmin(p.bootstrap) as kafka:
         assert kafka.group_offsets(p.cfg.group_id) == p.ledger.frontier_now(p.name)
 
 

@@ -25,17 +25,17 @@ import sqlalchemy as sa
 import yaml
 
 from offsetbatch.config import PIPELINES_DIR, load_config
-from offsetbatch.dev import verify
 from offsetbatch.errors import SinkError
 from offsetbatch.jobspec import Manifest
 from offsetbatch.ledger import Ledger
 from offsetbatch.sinks.postgres import PostgresSettings, PostgresSink
+from offsetbatch_dev import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 TABLE = "public.sample_events"
-COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.tasks import commit_step\n"
+COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.dag.tasks import commit_step\n"
           "print(commit_step(load_config(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
 
 

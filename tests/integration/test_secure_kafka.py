@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offsetbatch.dev.sample.producer import produce
-from offsetbatch.kafka_connection import from_settings
-from offsetbatch.kafka_source import KafkaSource
+from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch.source.connection import from_settings
+from offsetbatch_dev.sample.producer import produce
 
 pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 6, tzinfo=timezone.utc)
@@ -94,7 +94,7 @@ def test_hourly_runs_over_sasl_ssl_through_crashes_are_exactly_once_and_leak_no_
     assert any("--kafka-secrets" in line for line in ps.seen), "the job got its secrets by file"
 
     # group progress published by the pipeline user (READ on its group), read back by the admin
-    with KafkaSource(from_settings("admin", secure_kafka_broker.connection_extra("admin"))) as admin:
+    with KafkaAdmin(from_settings("admin", secure_kafka_broker.connection_extra("admin"))) as admin:
         assert admin.group_offsets(p.cfg.group_id) == p.ledger.frontier_now(p.name)
 
     # the password is nowhere: process arguments, task logs, job specs, manifests, Airflow's logs

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from harness import worker_port
 
-from offsetbatch.dev.stack.processes import group_members, port_open
-from offsetbatch.dev.stack.spark_cluster import SparkCluster, SparkClusterError
-from offsetbatch.dev.stack.spark_connect import SparkConnectError, SparkConnectServer
+from offsetbatch_dev.stack.processes import group_members, port_open
+from offsetbatch_dev.stack.spark_cluster import SparkCluster, SparkClusterError
+from offsetbatch_dev.stack.spark_connect import SparkConnectError, SparkConnectServer
 
 pytestmark = pytest.mark.integration
 

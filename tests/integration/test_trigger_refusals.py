@@ -18,7 +18,6 @@ import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-
 from harness import HELPER, RunOutcome
 
 pytestmark = pytest.mark.integration

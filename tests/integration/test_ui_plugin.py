@@ -22,8 +22,8 @@ from urllib.parse import quote, urlparse
 import pytest
 from harness import worker_port
 
-from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.source.admin import KafkaAdmin
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 10, 1, tzinfo=timezone.utc)
@@ -94,7 +94,7 @@ def _expected(p) -> dict:
     """What the pages must show, from the ledger and Kafka directly."""
     batches = sorted(p.ledger.list_batches(p.name, 1000), key=lambda b: b.batch_id)
     frontier = p.ledger.frontier_now(p.name)
-    with KafkaSource(p.bootstrap) as kafka:
+    with KafkaAdmin(p.bootstrap) as kafka:
         ends = {tp: po.latest for tp, po in kafka.offsets(list(frontier)).items()}
     committed = [b for b in batches if b.status == "committed"]
     return {

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from offsetbatch import cli
-from offsetbatch.kafka_source import PartitionOffsets
 from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import gaps
 from offsetbatch.model import Gap, OffsetRange, TopicPartition
-from offsetbatch.reset import apply_reset, plan_reset
-from offsetbatch.run_request import ResetTarget
+from offsetbatch.ops import cli
+from offsetbatch.plan.request import ResetTarget
+from offsetbatch.plan.reset import apply_reset, plan_reset
+from offsetbatch.source.admin import PartitionOffsets
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -170,7 +170,7 @@ def test_reads_never_ask_for_a_new_ledger(pipeline, capsys, monkeypatch):
         real(self, url, create)
 
     monkeypatch.setattr(Ledger, "__init__", spy)
-    monkeypatch.setattr(cli.KafkaSource, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
+    monkeypatch.setattr(cli.KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
     folder, _ = pipeline
     for argv in (("status",), ("batches", "orders"), ("batch", "orders", "1"), ("events", "orders")):
         assert _run(capsys, "--pipelines", str(folder), "--json", *argv)[0] == cli.EXIT_OK, argv
@@ -200,7 +200,7 @@ def test_events_show_when_who_and_why(pipeline, capsys):
 
 
 def test_status_shows_data_lost_in_the_last_24_hours(pipeline, capsys, monkeypatch):
-    monkeypatch.setattr(cli.KafkaSource, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
+    monkeypatch.setattr(cli.KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
     folder, _ = pipeline
     code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status")
     assert code == cli.EXIT_OK, err

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from offsetbatch.commit import validate_manifest
+from offsetbatch.commit.protocol import validate_manifest
 from offsetbatch.errors import ManifestError
 from offsetbatch.jobspec import Manifest, RangeReport
-from offsetbatch.sinks.files import FilesSink, TableLayout
 from offsetbatch.model import Batch, OffsetRange
+from offsetbatch.sinks.files import FilesSink, TableLayout
 
 
 def _batch() -> Batch:

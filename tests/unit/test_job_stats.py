@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from offsetbatch import job_stats
 from offsetbatch.errors import OffsetbatchError
+from offsetbatch.job import stats as job_stats
 from offsetbatch.jobspec import JobSpec
 
 

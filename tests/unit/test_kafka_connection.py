@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from offsetbatch.errors import ConfigError
 from offsetbatch.jobspec import JobSpec
-from offsetbatch.kafka_connection import (
+from offsetbatch.source.connection import (
     KafkaConnectionError,
     from_settings,
     read_secrets_file,
     remove_secrets_file,
     write_secrets_file,
 )
-from offsetbatch.errors import ConfigError
-from offsetbatch.kafka_errors import KafkaAuthError, KafkaUnreachableError, explain
+from offsetbatch.source.diagnosis import KafkaAuthError, KafkaUnreachableError, explain
 
 
 @pytest.fixture
@@ -165,16 +165,11 @@ def test_failures_are_explained_without_secrets(ca):
 
 
 def _job_options(spec_options: dict, secrets: dict) -> dict:
-    import importlib.util
+    from offsetbatch.job.read import kafka_client_options
 
-    from offsetbatch.paths import PROJECT_ROOT
-
-    spec = importlib.util.spec_from_file_location("offsetbatch_job", PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
-    job = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(job)
     js = JobSpec(pipeline="p", batch_id=3, output_id=3, bootstrap="b:1", ranges=[], sink={"path": "/t"},
                  kafka_options=spec_options)
-    return job.kafka_client_options(js, secrets)
+    return kafka_client_options(js, secrets)
 
 
 def test_the_job_joins_spec_options_and_secrets_and_refuses_a_mismatch():
@@ -217,7 +212,7 @@ def test_a_slow_broker_gets_a_longer_wait_before_it_is_called_unreachable(ca, mo
     unreachable would retry a wrong password instead of failing the task at once."""
     import kafka
 
-    from offsetbatch import kafka_errors
+    from offsetbatch.source import diagnosis as kafka_errors
 
     fake = _SlowThenAnswering(answer)
     monkeypatch.setattr(kafka, "KafkaAdminClient", fake)

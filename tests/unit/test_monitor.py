@@ -131,14 +131,14 @@ def test_lag_svg_draws_a_gap_recorded_after_the_newest_batch():
 def client(tmp_path, monkeypatch):
     """The app over one pipeline ``orders`` (two batches, a forward reset by ``alice`` with a reason,
     the gap it left) and ``lost``, whose ledger does not exist."""
+    from airflow.api_fastapi.core_api.security import get_user
     from fastapi.testclient import TestClient
 
-    from airflow.api_fastapi.core_api.security import get_user
     from offsetbatch.ledger import Ledger
     from offsetbatch.model import Gap, OffsetRange, TopicPartition
     from offsetbatch.monitor import app as app_module
     from offsetbatch.monitor.sources import Sources
-    from offsetbatch.status import pipeline_status
+    from offsetbatch.ops.status import pipeline_status
 
     folder = tmp_path / "conf"
     folder.mkdir()

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from offsetbatch import ownership
+from offsetbatch.commit import ownership
+from offsetbatch.commit.rebuild import apply_rebuild, plan_rebuild
+from offsetbatch.errors import RebuildRefusedError
 from offsetbatch.jobspec import Manifest, RangeReport
 from offsetbatch.ledger import Ledger, LedgerMissingError, OwnershipError
 from offsetbatch.model import TopicPartition
-from offsetbatch.rebuild import RebuildRefusedError, apply_rebuild, plan_rebuild
 from offsetbatch.sinks.files import FilesSink
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

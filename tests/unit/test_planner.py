@@ -6,9 +6,9 @@ import pytest
 
 from offsetbatch.config import Caps
 from offsetbatch.errors import DataLossError, PartitionVanishedError
-from offsetbatch.kafka_source import PartitionOffsets
 from offsetbatch.model import Gap, OffsetRange, TopicPartition
-from offsetbatch.planner import fair_share, plan_ranges
+from offsetbatch.plan.planner import fair_share, plan_ranges
+from offsetbatch.source.admin import PartitionOffsets
 
 A, B, C = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("t", 2)
 BIG = Caps(max_records_per_partition=10**9, max_records_per_batch=10**9)

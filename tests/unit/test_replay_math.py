@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from offsetbatch.config import Caps
 from offsetbatch.model import TopicPartition
-from offsetbatch.replay import pack, subtract
+from offsetbatch.plan.replay import pack, subtract
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from offsetbatch.errors import RunRequestError
-from offsetbatch.kafka_source import PartitionOffsets
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange, TopicPartition
-from offsetbatch.run_request import MAX_RESET_SKIP, ResetTarget, RunRequest
-from offsetbatch.reset import apply_reset, check_data_loss, plan_reset, run_reset
+from offsetbatch.plan.request import MAX_RESET_SKIP, ResetTarget, RunRequest
+from offsetbatch.plan.reset import apply_reset, check_data_loss, plan_reset, run_reset
+from offsetbatch.source.admin import PartitionOffsets
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 

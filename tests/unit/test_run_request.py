@@ -8,7 +8,7 @@ import pytest
 
 from offsetbatch.errors import RunRequestError
 from offsetbatch.model import TopicPartition
-from offsetbatch.run_request import MAX_REASON_CHARS, PARAM_NAMES, check_keys, dag_params, from_params, run_interval
+from offsetbatch.plan.request import MAX_REASON_CHARS, PARAM_NAMES, check_keys, dag_params, from_params, run_interval
 
 T0 = datetime(2026, 11, 20, 13, tzinfo=timezone.utc)
 
@@ -133,7 +133,7 @@ def test_refusals_fail_the_task_without_retries_and_other_errors_keep_them():
     AirflowFailException (no retry) with the same message; a retry-fixable one passes through."""
     from airflow.sdk.exceptions import AirflowFailException
 
-    from offsetbatch.airflow_errors import fail_without_retry, is_permanent
+    from offsetbatch.dag.retry_policy import fail_without_retry, is_permanent
     from offsetbatch.errors import BackfillRefusedError, ConfigError, DataLossError, SinkError
     from offsetbatch.ledger.errors import LedgerLockTimeout, LedgerMissingError, LedgerUnreachableError, OwnershipError
 

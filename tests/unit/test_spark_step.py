@@ -1,4 +1,4 @@
-"""The spark_job task's logic (``offsetbatch.tasks``), on a real SQLite ledger: what it submits,
+"""The spark_job task's logic (``offsetbatch.dag.tasks``), on a real SQLite ledger: what it submits,
 when it has nothing to run, and when a failed submission was only a redundant attempt. The
 operator around it only submits; ``airflow dags test`` runs cover it in the integration suite."""
 
@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from offsetbatch.config import load_config
+from offsetbatch.dag.tasks import NothingToRun, spark_redundant, spark_submission
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange, TopicPartition
-from offsetbatch.tasks import NothingToRun, spark_redundant, spark_submission
 
 TP = TopicPartition("t", 0)
 
@@ -81,8 +81,8 @@ def test_a_failure_is_redundant_only_when_other_attempts_committed_every_batch(c
 def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
     """Two runs replaying batch 1 at once (a backfill and a manual replay): the second executes the
     first's pending replay batch instead of planning another one on top of it."""
-    from offsetbatch.planner import RunInfo, plan_for_run
-    from offsetbatch.run_request import RunRequest
+    from offsetbatch.plan.planner import RunInfo, plan_for_run
+    from offsetbatch.plan.request import RunRequest
 
     _plan(cfg, (0, 10))
     _commit(cfg, 1, "a")
@@ -100,8 +100,8 @@ def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
 
 def test_a_failed_spark_step_is_one_line_naming_batch_ranges_cause_and_next_step(cfg):
     from offsetbatch import storage
+    from offsetbatch.dag.tasks import spark_failure
     from offsetbatch.sinks import sink_for
-    from offsetbatch.tasks import spark_failure
 
     sub = spark_submission(cfg, _plan(cfg, (0, 10)), 1)
     killed = spark_failure(cfg, sub, RuntimeError("Cannot execute: spark-submit --master local[*] …. Error code is: -9."))

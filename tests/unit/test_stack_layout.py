@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from offsetbatch.dev.stack.kafka_broker import KafkaBroker, Quorum
-from offsetbatch.dev.stack.kafka_cluster import KafkaCluster
-from offsetbatch.dev.stack.processes import StackProcessError, require_free
-from offsetbatch.dev.stack.spark_cluster import SparkCluster
-from offsetbatch.dev.stack.spark_connect import SparkConnectServer
+from offsetbatch_dev.stack.kafka_broker import KafkaBroker, Quorum
+from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
+from offsetbatch_dev.stack.processes import StackProcessError, require_free
+from offsetbatch_dev.stack.spark_cluster import SparkCluster
+from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
 
 def test_cluster_nodes_ports_and_quorum(tmp_path):

@@ -469,7 +469,7 @@ class Ledger:
                 frontier_at: dict[TopicPartition, int], gap_rows: list[Gap],
                 committed: list[tuple[int, list[OffsetRange], dict, dict[TopicPartition, tuple[int, int]]]],
                 output_path: str, actor: str | None) -> None:
-        """Write a rebuilt pipeline (``offsetbatch.rebuild``) in ``conn``'s transaction: frontier rows,
+        """Write a rebuilt pipeline (``offsetbatch.commit.rebuild``) in ``conn``'s transaction: frontier rows,
         committed batches with their ranges and stats, gap rows, and one audit event."""
         t = eng.now()
         last = {r.tp: batch_id for batch_id, planned, _, _ in committed for r in planned

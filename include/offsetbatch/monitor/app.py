@@ -19,12 +19,11 @@ from contextlib import contextmanager
 from typing import Annotated, Iterator
 
 import sqlalchemy as sa
+from airflow.api_fastapi.core_api.security import GetUserDep as User
+from airflow.api_fastapi.core_api.security import get_user
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
-
-from airflow.api_fastapi.core_api.security import GetUserDep as User
-from airflow.api_fastapi.core_api.security import get_user
 
 from offsetbatch.config import ConfigError, PipelineConfig
 from offsetbatch.ledger import LedgerError, queries

@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_installed
-from offsetbatch.kafka_connection import from_connection
-from offsetbatch.kafka_source import KafkaSource
 from offsetbatch.ledger import Ledger
-from offsetbatch.status import pipeline_status
+from offsetbatch.ops.status import pipeline_status
+from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch.source.connection import from_connection
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Sources:
         self._lock = threading.Lock()
         self._configs: tuple[tuple, dict[str, PipelineConfig]] | None = None
         self._ledgers: dict[str, Ledger] = {}
-        self._kafka: dict[str, tuple[KafkaSource, threading.Lock]] = {}
+        self._kafka: dict[str, tuple[KafkaAdmin, threading.Lock]] = {}
 
     @property
     def spec(self) -> str:
@@ -80,7 +80,7 @@ class Sources:
             entry = self._kafka.get(bootstrap)
         try:
             if entry is None:
-                entry = (KafkaSource(client, cfg.kafka.isolation_level), threading.Lock())
+                entry = (KafkaAdmin(client, cfg.kafka.isolation_level), threading.Lock())
                 with self._lock:
                     self._kafka[bootstrap] = entry
             kafka, lock = entry

@@ -160,7 +160,7 @@ class KafkaSink(Sink):
     def _producer(self) -> "KafkaProducer":
         from kafka import KafkaProducer
 
-        from offsetbatch.kafka_connection import from_connection
+        from offsetbatch.source.connection import from_connection
 
         client = from_connection(self.settings.conn_id)
         return KafkaProducer(**client.kafka_python(), transactional_id=self.transactional_id,
@@ -238,11 +238,11 @@ class KafkaSink(Sink):
 
     def last_published(self) -> dict | None:
         """The marker: what the last committed publish transaction says it published."""
-        from offsetbatch.kafka_connection import from_connection
-        from offsetbatch.kafka_source import KafkaSource
         from offsetbatch.model import TopicPartition
+        from offsetbatch.source.admin import KafkaAdmin
+        from offsetbatch.source.connection import from_connection
 
-        with KafkaSource(from_connection(self.settings.conn_id)) as kafka:
+        with KafkaAdmin(from_connection(self.settings.conn_id)) as kafka:
             found = kafka.group_marker(self.marker_group, TopicPartition(self.settings.topic, MARKER_PARTITION))
         return json.loads(found[1]) if found and found[1] else None
 
@@ -272,7 +272,7 @@ class KafkaSink(Sink):
     def read_committed(self, spark: "SparkSession") -> "DataFrame":
         """The output topic through Spark's Kafka source with ``kafka.isolation.level=read_committed``:
         aborted transactions (a crashed publish) never show."""
-        from offsetbatch.kafka_connection import from_connection
+        from offsetbatch.source.connection import from_connection
 
         opts = from_connection(self.settings.conn_id).spark_options()
         return (spark.read.format("kafka").options(**opts).option("subscribe", self.settings.topic)

@@ -253,7 +253,7 @@ class PostgresSink(TableSchema, Sink):
     def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Never outside the ledger's transaction: that is what makes the batch atomic."""
         raise SinkError(f"{self._where(output_id)}: the postgres sink publishes only inside the ledger's transaction "
-                        f"(offsetbatch.commit); this is a bug in the caller")
+                        f"(offsetbatch.commit.protocol); this is a bug in the caller")
 
     def retire(self, output_id: int) -> None:
         with self._connect() as conn:

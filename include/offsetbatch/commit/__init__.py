@@ -1,0 +1,1 @@
+"""The commit: the manifest check, the ledger transaction, publication, ownership and rebuild."""

@@ -1,0 +1,61 @@
+"""``BatchSparkConnectOperator``: the spark_job task on a long-running Spark Connect server.
+
+The task runs the job's own code (``offsetbatch.job.run.run_batches``) in its process,
+as a Spark Connect client: the server (``offsetbatch-stack spark-connect start``, or any Spark
+Connect endpoint with Spark's Kafka connector on its classpath) already has a JVM, a driver and warm
+code, so a run starts no JVM. The Kafka secrets stay in this process's memory: they reach the
+server as the read's options, which Spark redacts in plans, the UI and logs. Chosen per pipeline
+with ``spark.connect_conn_id`` (an Airflow connection of type ``spark_connect``, the Spark
+provider's); ``spark-submit`` stays the default and is what runs on clusters without Connect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.models import BaseOperator
+
+
+class BatchSparkConnectOperator(BaseOperator):
+    """Run the batches the upstream plan task returned on a Spark Connect server.
+
+    :param config_path: the pipeline's YAML file
+    :param conn_id: an Airflow ``spark_connect`` connection (host, port, optional user/token/SSL)
+    :param conf: Spark SQL settings for this run's session (the pipeline's ``spark.conf``); settings
+        that only apply at JVM start (memory, jars) belong to the server
+    :param plan_task_id: task whose XCom holds the plan
+    """
+
+    ui_color = "#f4a460"
+
+    def __init__(self, *, config_path: str, conn_id: str, conf: dict[str, str] | None = None,
+                 plan_task_id: str = "plan", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.conn_id = conn_id
+        self.conf = dict(conf or {})
+        self.plan_task_id = plan_task_id
+
+    def execute(self, context: Any) -> str:
+        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+        from pyspark.sql import SparkSession
+
+        from offsetbatch.dag.operators.spark_step import failure_explained, prepare
+        from offsetbatch.job.run import run_batches
+        from offsetbatch.jobspec import JobSpec
+
+        cfg, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
+        url = SparkConnectHook(self.conn_id).get_connection_url()
+        with failure_explained(cfg, submission, self.log):
+            spark = SparkSession.builder.remote(url).create()  # a session of its own: temp views, conf
+            try:
+                for key, value in self.conf.items():
+                    if key.startswith("spark.sql."):
+                        spark.conf.set(key, value)
+                    else:
+                        self.log.warning("pipeline %s: spark.conf %s applies when a Spark driver starts, not to a "
+                                         "Spark Connect session: set it on the server", cfg.name, key)
+                run_batches(spark, [JobSpec.load(u) for u in submission.spec_uris], submission.attempt, secrets)
+            finally:
+                spark.stop()  # the session, not the server
+        return submission.attempt

@@ -1,0 +1,50 @@
+"""What both spark_job operators do around the Spark work itself: read the config and the Kafka
+secrets, count an attempt for the batches still planned (or skip), and after a failure tell a
+redundant attempt (skipped) from a real one (one line naming pipeline, batches, ranges, cause)."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from offsetbatch.config import PipelineConfig
+from offsetbatch.dag.tasks import SparkSubmission
+
+
+def prepare(config_path: str, context: Any, plan_task_id: str) -> tuple[PipelineConfig, dict[str, str], SparkSubmission]:
+    """The config, the Kafka secrets and the submission; ``AirflowSkipException`` when there is
+    nothing to run. A bad config or Kafka connection fails every attempt alike (no retry)."""
+    from airflow.exceptions import AirflowSkipException
+
+    from offsetbatch.config import load_config
+    from offsetbatch.dag.retry_policy import fail_without_retry
+    from offsetbatch.dag.tasks import NothingToRun, spark_job_secrets, spark_submission
+
+    with fail_without_retry():
+        cfg = load_config(config_path)
+        secrets = spark_job_secrets(cfg)  # before the ledger counts an attempt
+        try:
+            submission = spark_submission(cfg, context["ti"].xcom_pull(task_ids=plan_task_id),
+                                          context["ti"].try_number)
+        except NothingToRun as nothing:
+            raise AirflowSkipException(str(nothing)) from None
+    return cfg, secrets, submission
+
+
+@contextmanager
+def failure_explained(cfg: PipelineConfig, submission: SparkSubmission, log: logging.Logger) -> Iterator[None]:
+    """Around the Spark work: an attempt that lost to another run's commit is skipped, a real
+    failure logs its one line and propagates (Airflow retries it)."""
+    from airflow.exceptions import AirflowSkipException
+
+    from offsetbatch.dag.tasks import spark_failure, spark_redundant
+
+    try:
+        yield
+    except Exception as exc:
+        reason = spark_redundant(cfg, submission)
+        if reason:
+            raise AirflowSkipException(reason) from None
+        log.error(spark_failure(cfg, submission, exc))
+        raise

@@ -1,0 +1,57 @@
+"""``BatchSparkSubmitOperator``: one spark-submit for the batches a run planned, through the
+pipeline's Spark connection, with the cached Kafka connector jars.
+
+What to submit (the batches still planned, an attempt id of their own, the job's arguments) and
+whether a failure was only a redundant attempt are decided in ``offsetbatch.dag.tasks``; this operator
+only submits, and skips (so the commit is skipped too) when there is nothing to run. The Kafka
+connection's secrets go to the job in a file only this user can read, named by path in the
+arguments and removed when the job ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from offsetbatch.dag.spark_jars import spark_connector_jars
+from offsetbatch.paths import PROJECT_ROOT
+
+JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
+
+
+class BatchSparkSubmitOperator(SparkSubmitOperator):
+    """Run ``jobs/offsetbatch_job.py`` for the batches the upstream plan task returned.
+
+    :param config_path: the pipeline's YAML file (the ledger is checked before submitting)
+    :param plan_task_id: task whose XCom holds the plan (``needs_work`` and ``batches``, each with
+        ``batch_id`` and ``spec``)
+    :param kwargs: everything ``SparkSubmitOperator`` takes (``conn_id``, ``conf``, ...)
+    """
+
+    ui_color = "#f4a460"
+
+    def __init__(self, *, config_path: str, plan_task_id: str = "plan", **kwargs: Any) -> None:
+        kwargs.setdefault("application", JOB)
+        super().__init__(**kwargs)
+        self.config_path = config_path
+        self.plan_task_id = plan_task_id
+
+    def execute(self, context: Any) -> str:
+        from offsetbatch.dag.operators.spark_step import failure_explained, prepare
+        from offsetbatch.source.connection import SECRETS_ARG, remove_secrets_file, write_secrets_file
+
+        cfg, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
+        if not self.jars:
+            self.jars = ",".join(spark_connector_jars())
+        self.name = submission.name
+        secrets_file = None
+        try:
+            with failure_explained(cfg, submission, self.log):
+                secrets_file = write_secrets_file(secrets) if secrets else None
+                self.application_args = submission.application_args + (
+                    [SECRETS_ARG, str(secrets_file)] if secrets_file else [])
+                super().execute(context)
+        finally:
+            remove_secrets_file(secrets_file)  # the job read it at start; nothing keeps it after the run
+        return submission.attempt

@@ -1,0 +1,231 @@
+"""The logic of the DAG's three tasks, kept out of the DAG file and the operator so it is testable.
+
+    plan_step          plan (or find) the run's batches and write their job specs; or carry out a reset
+    spark_submission   what the spark_job task submits: the batches still to run, one attempt id, the
+                       job's arguments; raises ``NothingToRun`` when there is none (the task skips)
+    spark_job_secrets  the Kafka secrets the job gets in a private file
+    spark_redundant    after a failed spark-submit: whether other runs committed the batches meanwhile
+    spark_failure      after a failed spark-submit that stands: one line saying what failed and what next
+    commit_step        commit the run's batches from the finished attempt's manifests
+
+All return small JSON-able values (they become XComs). All are idempotent per Airflow run, so task
+retries and cleared runs are safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from offsetbatch import faults, storage
+from offsetbatch.commit import ownership
+from offsetbatch.commit.protocol import commit_batch, publish_pending
+from offsetbatch.config import PipelineConfig
+from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError
+from offsetbatch.jobspec import JobSpec
+from offsetbatch.ledger import Ledger
+from offsetbatch.model import Batch
+from offsetbatch.plan.planner import RunInfo, plan_for_run
+from offsetbatch.plan.request import RunRequest, from_params, run_interval
+from offsetbatch.plan.reset import run_reset
+from offsetbatch.sinks import Sink, sink_for
+from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch.source.connection import KafkaClientConfig, from_connection
+
+log = logging.getLogger(__name__)
+
+
+def _kafka(cfg: PipelineConfig) -> KafkaAdmin:
+    return KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level)
+
+
+def write_spec(cfg: PipelineConfig, client: KafkaClientConfig, batch: Batch) -> str:
+    """The job spec of ``batch``; a replay stages under its own id and publishes under its target's.
+    It holds the connection's non-secret Kafka options only (``spark_job_secrets`` has the rest)."""
+    uri = sink_for(cfg.name, cfg.sink).staging.spec(batch.batch_id)
+    JobSpec(
+        pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
+        kafka_options=client.spark_options(),
+        ranges=[r.to_dict() for r in batch.ranges], sink=cfg.sink.model_dump(),
+        value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl, required=list(cfg.value.required),
+        transform_sql=cfg.transform.sql, transform_python=cfg.transform.python,
+        isolation_level=cfg.kafka.isolation_level, records_per_task=cfg.spark.records_per_task,
+    ).save(uri)
+    return uri
+
+
+def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datetime | None,
+              params: dict | None = None, run_type: str | None = None, actor: str | None = None,
+              airflow_interval: tuple[datetime | None, datetime | None] = (None, None)) -> dict:
+    """Plan (or find) this run's batches and write their job specs, or carry out a reset.
+
+    The run reads the schedule interval of its logical date (``run_request.run_interval``), not
+    ``airflow_interval``, which Airflow infers differently for manual runs and keeps stale on runs a
+    backfill reuses. The trigger parameters are checked before the ledger is opened, so a bad value
+    changes nothing."""
+    interval = run_interval(cfg.airflow.schedule, logical_date) or (None, None)
+    if logical_date is not None and tuple(airflow_interval) != interval:
+        log.info("pipeline %s run %s (%s, logical date %s): reads the schedule interval [%s, %s); Airflow's "
+                 "data interval for this run, [%s, %s), is not used", cfg.name, run_id, run_type, _iso(logical_date),
+                 _iso(interval[0]), _iso(interval[1]), _iso(airflow_interval[0]), _iso(airflow_interval[1]))
+    request = from_params(cfg.name, params, run_type, interval, actor)
+    log.info("pipeline %s run %s: %s run, mode %s, %s", cfg.name, run_id, run_type or "manual", request.mode,
+             f"interval [{_iso(interval[0])}, {_iso(interval[1])})" if interval[0] else "no interval: reads to the log end")
+    sink = sink_for(cfg.name, cfg.sink)
+    # Kafka first: a connection the broker refuses (credentials, certificate, ACLs) fails the task
+    # before the ledger is even opened, so the ledger stays byte-identical.
+    with _kafka(cfg) as kafka:
+        kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # an ACL denial fails here, before the ledger
+        with Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
+            return _plan_with(cfg, ledger, kafka, sink, request, RunInfo(dag_id, run_id, interval[0], interval[1],
+                                                                          request, run_type), interval)
+
+
+def _plan_with(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaAdmin, sink: Sink, request: RunRequest,
+               run: RunInfo, interval: tuple) -> dict:
+    """The plan (or reset) itself, once Kafka has accepted the pipeline's user and topics."""
+    ownership.check(cfg.name, ledger, sink)
+    if request.mode == "reset":
+        return _reset(cfg, ledger, request, kafka)
+    publish_pending(cfg, ledger)
+    result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
+    client = kafka.client
+    faults.checkpoint("plan.after_commit")
+    batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
+                "ranges": [str(r) for r in b.ranges],
+                "spec": write_spec(cfg, client, b) if result.needs_work else None}
+               for b in result.batches]
+    return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
+            "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
+            "run_type": run.run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
+
+
+def _iso(ts: datetime | None) -> str | None:
+    return ts.isoformat() if ts is not None else None
+
+
+def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest, kafka: KafkaAdmin) -> dict:
+    plan = run_reset(cfg, ledger, kafka, request)
+    return {"pipeline": cfg.name, "mode": "reset", "outcome": "dry_run" if request.dry_run else "reset",
+            "needs_work": False, "batches": [], "reset": plan.to_dict()}
+
+
+@dataclass(frozen=True)
+class SparkSubmission:
+    """One spark-submit of the batches a run still has to execute, under one attempt id (its own
+    staging folders; the commit reads the manifests of exactly this attempt)."""
+
+    batches: list[Batch]
+    attempt: str
+    application_args: list[str]
+    name: str
+    spec_uris: list[str] = field(default_factory=list)  # the job specs, for a Spark Connect run in the task
+
+
+def spark_job_secrets(cfg: PipelineConfig) -> dict[str, str]:
+    """The Kafka secrets the job needs (SASL login, client key), from the pipeline's Kafka
+    connection at submit time; empty for a PLAINTEXT connection. The operator hands them over in a
+    private file (``kafka_connection.write_secrets_file``), never in arguments or the job spec."""
+    return from_connection(cfg.kafka.conn_id).spark_secrets()
+
+
+class NothingToRun(Exception):
+    """The spark_job task has nothing to do (the operator turns it into a skip, with this reason)."""
+
+
+def spark_submission(cfg: PipelineConfig, plan: dict | None, try_number: int) -> SparkSubmission:
+    """The batches of ``plan`` (the plan task's XCom) that are still ``planned``, each counted as one
+    more attempt in the ledger. Raises ``NothingToRun`` when the plan is empty or everything is
+    already committed, which makes a cleared or retried run cheap and safe."""
+    if not plan or not plan.get("needs_work"):
+        raise NothingToRun(f"nothing to run: plan outcome is {plan and plan.get('outcome')}")
+    with Ledger.for_config(cfg) as ledger:
+        todo = [ledger.get_batch(cfg.name, b["batch_id"]) for b in plan["batches"]]
+        todo = [b for b in todo if b.status == "planned"]
+        if not todo:
+            raise NothingToRun(f"pipeline {cfg.name}: batch(es) {[b['batch_id'] for b in plan['batches']]} "
+                               f"are already committed")
+        for b in todo:
+            ledger.count_attempt(cfg.name, b.batch_id)
+    specs = {b["batch_id"]: b["spec"] for b in plan["batches"]}
+    attempt = f"{try_number}-{uuid.uuid4().hex[:12]}"
+    for b in todo:
+        log.info("pipeline %s batch %d (%s%s) attempt %s: submitting Spark job for %d records: %s", cfg.name,
+                 b.batch_id, b.kind, f", replaces batch {b.target_batch_id}" if b.target_batch_id else "",
+                 attempt, b.records, b.describe_ranges())
+    args = [arg for b in todo for arg in ("--spec", specs[b.batch_id])] + ["--attempt", attempt]
+    name = f"offsetbatch-{cfg.name}-batch-{'-'.join(str(b.batch_id) for b in todo)}"
+    return SparkSubmission(todo, attempt, args, name, [specs[b.batch_id] for b in todo])
+
+
+def spark_redundant(cfg: PipelineConfig, submission: SparkSubmission) -> str | None:
+    """After a failed spark-submit: if other runs executing the same pending batches committed them
+    meanwhile (and cleared this attempt's staging), this attempt was redundant, not failed. Returns
+    the reason to skip, or ``None`` when the failure stands."""
+    with Ledger.for_config(cfg) as ledger:
+        won = [ledger.get_batch(cfg.name, b.batch_id) for b in submission.batches]
+    if all(w.status == "committed" and w.stats.get("committed_attempt") != submission.attempt for w in won):
+        return (f"pipeline {cfg.name} batch(es) {[w.batch_id for w in won]} were committed by other attempts "
+                f"(runs {sorted({w.run_id for w in won})}) while attempt {submission.attempt} ran; this attempt's "
+                f"output is discarded")
+    return None
+
+
+def spark_failure(cfg: PipelineConfig, submission: SparkSubmission, error: BaseException) -> str:
+    """One line for the task log when the Spark step failed: pipeline, batches, ranges, attempt, the
+    cause (a signal, the job's own last error, Kafka unreachable) and what the next run does."""
+    sink = sink_for(cfg.name, cfg.sink)
+    causes = []
+    code = re.search(r"Error code is: (-?\d+)", str(error))
+    if code and int(code.group(1)) < 0:
+        sig = -int(code.group(1))
+        causes.append(f"spark-submit was killed by signal {sig} ({signal.Signals(sig).name})"
+                      if sig in signal.valid_signals() else f"spark-submit ended by signal {sig}")
+    elif code:
+        causes.append(f"spark-submit exited with code {code.group(1)}")
+    for b in submission.batches:
+        uri = sink.staging.job_error(b.batch_id, submission.attempt)
+        if storage.exists(uri):
+            causes.append(f"the job's last error: {storage.read_json(uri).get('error', '?')}")
+    if not causes:
+        causes.append(f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+    ids = ", ".join(str(b.batch_id) for b in submission.batches)
+    ranges = "; ".join(f"batch {b.batch_id}: {b.describe_ranges()}" for b in submission.batches)
+    return (f"pipeline {cfg.name} batch(es) {ids} attempt {submission.attempt}: the Spark job failed ({'; '.join(causes)}). "
+            f"Ranges: {ranges}. Nothing was committed; the next run (or a retry of this task) re-executes batch(es) "
+            f"{ids} unchanged.")
+
+
+def _progress_client(cfg: PipelineConfig) -> KafkaAdmin | None:
+    """Kafka for the commit's best-effort group publication only: the commit itself needs the
+    ledger and the staged output, not Kafka, so an outage or a rotated password after the Spark job
+    must not hold it back (the next commit publishes the group's offsets again)."""
+    try:
+        return _kafka(cfg)
+    except (KafkaAuthError, KafkaUnreachableError, KafkaConnectionError) as exc:
+        log.warning("pipeline %s: committing without publishing group offsets: %s", cfg.name, exc)
+        return None
+
+
+def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict:
+    """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
+    the Asset event (totals, and per batch)."""
+    with Ledger.for_config(cfg) as ledger:
+        ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))
+        per_batch = []
+        kafka = _progress_client(cfg)
+        try:
+            for batch_id in batch_ids:
+                result = commit_batch(cfg, ledger, batch_id, attempt, kafka)
+                per_batch.append({"batch_id": batch_id, "outcome": result.outcome,
+                                  **{k: v for k, v in result.stats.items()
+                                     if isinstance(v, (int, float, str)) or v is None}})
+        finally:
+            if kafka is not None:
+                kafka.close()
+        totals = {k: sum(b.get(k) or 0 for b in per_batch) for k in ("rows_in", "rows_out", "rows_rejected")}
+        return {"pipeline": cfg.name, "batch_ids": list(batch_ids), **totals, "batches": per_batch}

@@ -1,0 +1,195 @@
+"""The Spark step of a batch: read exactly the planned offset ranges, parse, transform, write.
+
+    spark-submit --jars <connector jars> jobs/offsetbatch_job.py --spec <table>/_offsetbatch/plans/batch_id=N.json
+
+``jobs/offsetbatch_job.py`` (what spark-submit runs) calls ``main``; the spark_job task on a Spark
+Connect server calls ``run_batches`` itself. The records are read with Spark's Kafka source
+(``job.read``), values parsed with the pipeline's value format (``offsetbatch.formats``), malformed
+records routed to the rejected output, the transform applied (``job.transform``) and both handed to
+the sink's job half (``offsetbatch.sinks``), which stages them in this attempt's own folder. One
+pass: Kafka is read and each value parsed once, by the data write; the per-range statistics, the
+offset check and the (rare) rejected records are observed on the way (``job.stats``), nothing is
+cached and nothing written is read back. The manifest, written last, says per range what was read;
+the commit task checks it. This job never touches the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+from pyspark import SparkConf
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from offsetbatch import faults, storage
+from offsetbatch.formats import ERROR, FORMATS, META
+from offsetbatch.job import stats as job_stats
+from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
+from offsetbatch.job.session import is_remote_session
+from offsetbatch.job.transform import analyze_transform, transform
+from offsetbatch.jobspec import JobSpec, Manifest
+from offsetbatch.sinks import sink_for
+from offsetbatch.sinks.base import StagedOutput
+from offsetbatch.source.connection import SECRETS_ARG, read_secrets_file
+
+log = logging.getLogger("offsetbatch.job")
+
+MAX_RESULT_SIZE = "256m"
+
+
+def _kill_when_writing(staging_data: str, driver_is_parent: bool) -> None:
+    """Fault point job.kill_during_write: once the first data file is being written, SIGKILL the
+    driver's JVM (spark-submit's SparkSubmit, this process's parent; not on Spark Connect, where
+    the driver is the server) and this process, as a lost node or the OOM killer would: no
+    shutdown hook gets to clean up the partial files."""
+    def watch() -> None:
+        while True:
+            if any("/_temporary/" in f and "/part-" in f for f in storage.files(staging_data, suffix="")):
+                log.error("fault injection: killing the Spark %s mid-write (job.kill_during_write)",
+                          "driver" if driver_is_parent else "client (the spark_job task)")
+                sys.stderr.flush()
+                time.sleep(0.5)  # the JVM relays this process's stderr: let the line out first
+                if driver_is_parent:
+                    os.kill(os.getppid(), signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.01)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _write_batch(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str] | None,
+                 collect_rejected: bool) -> tuple[StagedOutput, dict]:
+    """One read of the ranges, parsed once: the data write is the only action over Kafka; the
+    batch's statistics and (``collect_rejected``) its rejected records are observed on the way.
+    Without ``collect_rejected`` the rejected records are read and parsed a second time."""
+    sink = sink_for(spec.pipeline, spec.sink)
+    fmt = FORMATS[spec.value_format]
+
+    def parsed_records() -> DataFrame:
+        return fmt.parse(with_metadata(read_ranges(spark, spec, secrets)), spec)
+
+    observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected)
+    good = observed.where(F.col(ERROR).isNull()).drop(ERROR)
+    if not fmt.keeps_value:
+        good = good.drop("value")
+    out = transform(spark, good, spec)
+    if is_remote_session(spark):
+        out = job_stats.linked(out, observation)
+
+    def rejected() -> DataFrame:  # called by the sink after the data write
+        if collect_rejected:
+            return job_stats.rejected_frame(spark, job_stats.observed(observation, spec))
+        return parsed_records().where(F.col(ERROR).isNotNull()).select(
+            *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"))
+        # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
+
+    if faults.active("job.kill_during_write"):
+        _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt), not is_remote_session(spark))
+    staged = sink.stage(spark, out, rejected, spec.batch_id, attempt, output_id=spec.output_id)
+    return staged, job_stats.observed(observation, spec)
+
+
+def _too_many_rejected(exc: Exception) -> bool:
+    """Spark refused the tasks' results (``spark.driver.maxResultSize``): the collected rejected
+    records of a batch that is mostly bad do not fit the driver."""
+    return "maxResultSize" in str(exc)
+
+
+def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str] | None = None) -> Manifest:
+    t0 = time.monotonic()
+    sink = sink_for(spec.pipeline, spec.sink)
+    manifest_uri = sink.staging.staging_manifest(spec.batch_id, attempt)
+    # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
+    storage.remove(manifest_uri)
+    analyze_transform(spark, spec)
+    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
+             attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
+             f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
+    try:
+        staged, values = _write_batch(spark, spec, attempt, secrets, collect_rejected=True)
+    except Exception as exc:
+        if not _too_many_rejected(exc):
+            raise
+        log.warning("pipeline %s batch %d: the rejected records are too many to collect in one pass "
+                    "(spark.driver.maxResultSize); writing the batch again, the rejected records from a second "
+                    "read of its ranges", spec.pipeline, spec.batch_id)
+        staged, values = _write_batch(spark, spec, attempt, secrets, collect_rejected=False)
+    reports = job_stats.reports(spec, values)
+
+    manifest = Manifest(
+        pipeline=spec.pipeline, output_id=spec.output_id, ranges=reports,
+        rows_in=values["rows"], rows_out=staged.rows_out, rows_rejected=values["rejected"],
+        bytes_in=values["bytes"] or 0, data_files=staged.data_files, rejected_files=staged.rejected_files,
+        job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version, attempt=attempt,
+    )
+    manifest.save(manifest_uri)
+    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,
+             manifest.rows_in, manifest.rows_out, manifest.rows_rejected, manifest.job_seconds)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="offsetbatch Spark step")
+    parser.add_argument("--spec", required=True, action="append",
+                        help="URI of a batch's job spec (JSON); repeat for the batches of a backfill run")
+    parser.add_argument("--attempt", required=True, help="this attempt's id: its own staging folder")
+    parser.add_argument(SECRETS_ARG, metavar="FILE", help="JSON file (mode 0600) with the Kafka connection's secret "
+                        "kafka.* options; the spark_job task writes it and removes it after the run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    specs = [JobSpec.load(uri) for uri in args.spec]
+    secrets = read_secrets_file(args.kafka_secrets) if args.kafka_secrets else {}
+    if args.kafka_secrets:  # read once; nothing needs it on disk any longer (the task removes its folder too)
+        os.unlink(args.kafka_secrets)
+    ids = "-".join(str(s.batch_id) for s in specs)
+    builder = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}")
+    if not SparkConf().contains("spark.driver.maxResultSize"):
+        # The observed rejected records come back with the tasks' results: a mostly-bad batch hits
+        # this bound (and is written in two reads, see run) long before it could exhaust the driver.
+        builder = builder.config("spark.driver.maxResultSize", MAX_RESULT_SIZE)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    try:
+        run_batches(spark, specs, args.attempt, secrets)
+    finally:
+        spark.stop()
+    return 0
+
+
+def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets: dict[str, str]) -> list[Manifest]:
+    """The batches of one submission in one Spark session, one after another: what ``main`` runs
+    after ``spark-submit``, and what the spark_job task runs itself on a Spark Connect server."""
+    # Spark redacts data source options whose name or value matches this in plans, the UI and
+    # event logs; its default ("url") misses the SASL login and an inline client key.
+    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
+    manifests = []
+    for spec in specs:
+        try:
+            manifests.append(run(spark, spec, attempt, secrets))
+        except Exception as exc:
+            _leave_error(spec, attempt, exc)
+            raise
+    return manifests
+
+
+def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
+    """The failure's one-line cause, where the spark_job task's failure line reads it
+    (``tasks.spark_failure``): Spark's own exceptions are long and their first line says little."""
+    text = " ".join(str(exc).split())
+    if "TimeoutException" in text or "Timeout of" in text or "timed out" in text.lower():
+        text = (f"Kafka at {spec.bootstrap} did not answer within {KAFKA_TIMEOUT_MS // 1000} s (is the broker up and "
+                f"reachable?): {text}")
+    try:
+        storage.write_json(sink_for(spec.pipeline, spec.sink).staging.job_error(spec.batch_id, attempt),
+                           {"error": f"{type(exc).__name__}: {text[:600]}"})
+    except Exception:  # noqa: BLE001 - the original error matters more than its note
+        log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The operator's view: the offsetbatch CLI, status and lag, rich reports, doctor."""

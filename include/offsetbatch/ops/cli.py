@@ -1,0 +1,423 @@
+"""``offsetbatch``: the operator's view of pipelines, from the ledger and the broker.
+
+    offsetbatch status [PIPELINE] [--json]        frontier, log end, lag (records, time), last batches
+    offsetbatch batches PIPELINE [--limit N] [--json]
+    offsetbatch batch PIPELINE BATCH_ID [--json]   ranges, stats, output location
+    offsetbatch events PIPELINE [--limit N] [--all] [--json]   audit log: resets, replays, data loss; who and why
+    offsetbatch reset PIPELINE --to TARGET [--allow-rewind] [--allow-data-loss] [--apply] [--reason TEXT]
+    offsetbatch replay PIPELINE (--batch N ... | --from TS --to TS) [--trigger]
+    offsetbatch doctor                              Kafka, ledger, Spark connector, Airflow connections
+    offsetbatch ledger init [PIPELINE]              create the ledger(s) on purpose (runs never create one over a table)
+    offsetbatch ledger rebuild PIPELINE [--apply]   a lost ledger, rebuilt from the table's published manifests
+
+Pipelines are the YAML files in include/pipelines/ (``--pipelines DIR`` for another folder).
+Exit codes: 0 ok, 1 Kafka or the ledger could not be reached or read (doctor: a check failed), 2 bad
+config or usage, 3 pipeline or batch not found, 4 request refused (invalid value; nothing changed).
+Every failure is one line on stderr, ``error: …``; stdout holds only tables or ``--json`` output.
+
+No command here creates a ledger: reads open an existing one or fail (``Ledger`` without ``create``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import logging
+import shlex
+import sqlite3
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from kafka.errors import KafkaError
+from rich.console import Console
+from rich.table import Table
+
+from offsetbatch.commit import ownership
+from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_all
+from offsetbatch.errors import ConfigError, OffsetbatchError, PipelineError
+from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
+from offsetbatch.ops import report
+from offsetbatch.ops.status import batch_dict, pipeline_status
+from offsetbatch.sinks import sink_for
+from offsetbatch.source.admin import KafkaAdmin
+
+EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 1, 2, 3, 4
+
+
+class NotFound(LookupError):
+    pass
+
+
+ERRORS: dict[type[Exception], int] = {}  # error type -> exit code (filled below NotFound)
+
+
+def positive_int(text: str) -> int:
+    """argparse type of counts (``--limit``, ``--batches``): a zero or negative count is a typo,
+    not a request for everything."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return n
+
+
+def _configs(args) -> dict[str, PipelineConfig]:
+    """The pipelines of ``--pipelines``; a folder that is missing or holds no pipeline is a usage
+    error, not an empty (and successful) answer."""
+    folder = Path(args.pipelines)
+    if not folder.is_dir():
+        raise ConfigError(f"pipelines folder {folder} does not exist (or is not a folder); pass the folder of "
+                          f"pipeline YAML files with --pipelines (default {PIPELINES_DIR})")
+    configs = load_all(folder)
+    if not configs:
+        raise ConfigError(f"pipelines folder {folder} holds no pipeline (no *.yaml / *.yml file); pass the folder "
+                          f"of pipeline YAML files with --pipelines (default {PIPELINES_DIR})")
+    name = getattr(args, "pipeline", None)
+    if name:
+        if name not in configs:
+            raise NotFound(f"no pipeline '{name}' in {args.pipelines} (have: {', '.join(sorted(configs)) or 'none'})")
+        return {name: configs[name]}
+    return configs
+
+
+@contextmanager
+def _ledger(cfg: PipelineConfig) -> Iterator[Ledger]:
+    """The pipeline's existing ledger (never created here). A connection that is not defined is a
+    config error; a database error (a damaged SQLite file, a server failing mid-read) becomes one
+    ``LedgerError`` line naming the pipeline and the ledger URL, password hidden."""
+    try:
+        url = Ledger.url_for(cfg)
+    except LedgerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Airflow's "conn_id isn't defined" and friends
+        raise ConfigError(f"pipeline {cfg.name}: cannot resolve its ledger (ledger.conn_id "
+                          f"'{cfg.ledger.conn_id}'): {_one_line(exc)}. Define the Airflow connection or set "
+                          f"ledger.url in {cfg.source_file}") from None
+    try:
+        try:
+            ledger = Ledger(url)
+        except LedgerError as exc:  # missing or unreachable: say whose ledger it is
+            raise type(exc)(f"pipeline {cfg.name}: {exc}") from None
+        with ledger:
+            yield ledger
+    except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+        raise LedgerError(f"pipeline {cfg.name}: cannot read the ledger at {_shown(url)}: {_db_reason(exc)}. Nothing "
+                          f"was changed. Check ledger.url or its Airflow connection ('offsetbatch doctor'); a damaged "
+                          f"ledger file must be restored from a backup.") from None
+
+
+def _shown(url: str) -> str:
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return "(an invalid URL)"
+
+
+def _db_reason(exc: Exception) -> str:
+    """The database's own words, without SQLAlchemy's SQL echo and background link."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def cmd_ledger_init(args, out: Console) -> int:
+    """Create the ledger of each pipeline (one per database), or say it exists: the one command that
+    creates a ledger, besides a pipeline's first run over an empty table."""
+    rows, seen = [], set()
+    for cfg in _configs(args).values():
+        url = Ledger.url_for(cfg)
+        if url in seen:
+            continue
+        seen.add(url)
+        try:
+            with Ledger(url) as ledger:
+                rows.append({"ledger": _shown(url), "ledger_id": ledger.identity, "created": False})
+        except LedgerMissingError:
+            with Ledger(url, create=True) as ledger:
+                rows.append({"ledger": _shown(url), "ledger_id": ledger.identity, "created": True})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        t = Table(title="offsetbatch ledgers", title_justify="left")
+        for col in ("ledger", "identity", ""):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(r["ledger"], r["ledger_id"], "[green]created[/]" if r["created"] else "exists")
+        out.print(t)
+    return EXIT_OK
+
+
+def cmd_ledger_rebuild(args, out: Console) -> int:
+    """Dry run: what the table's manifests say the lost ledger held. ``--apply``: write it into the
+    pipeline's ledger (created if missing; refused if it already has batches of the pipeline)."""
+    from offsetbatch.commit.rebuild import apply_rebuild, plan_rebuild
+
+    cfg = _configs(args)[args.pipeline]
+    sink = sink_for(cfg.name, cfg.sink)
+    plan = plan_rebuild(cfg.name, sink)
+    identity = None
+    if args.apply:
+        with Ledger.for_config(cfg, create=True) as ledger:
+            apply_rebuild(ledger, sink, plan, actor=f"cli:{getpass.getuser()}")
+            identity = ledger.identity
+    if args.json:
+        print(json.dumps({**plan.to_dict(), "applied": args.apply, "ledger_id": identity}, indent=1))
+        return EXIT_OK
+    out.print(report.rebuild_table(plan, applied=args.apply))
+    out.print(f"ledger {identity} now owns {plan.table}" if args.apply else
+              "dry run: nothing changed; add --apply to write this into the pipeline's ledger")
+    return EXIT_OK
+
+
+def cmd_status(args, out: Console) -> int:
+    statuses = []
+    unreachable = False
+    for cfg in _configs(args).values():
+        with _ledger(cfg) as ledger:
+            ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))  # a lost or mistyped ledger is refused
+            try:
+                kafka = KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level)
+            except Exception as exc:  # noqa: BLE001 - show the ledger side anyway
+                kafka, err = None, f"{type(exc).__name__}: {exc}"
+            else:
+                err = None
+            try:
+                st = pipeline_status(cfg, ledger, kafka, batches=args.batches)
+            finally:
+                if kafka is not None:
+                    kafka.close()
+        st.kafka_error = st.kafka_error or err
+        unreachable |= st.kafka_error is not None
+        statuses.append(st)
+    if args.json:
+        print(json.dumps([s.to_dict() for s in statuses], indent=1, default=str))
+    else:
+        for st in statuses:
+            out.print(report.status_table(st))
+            out.print(report.batches_table(f"{st.pipeline}: last {args.batches} batches", st.batches))
+    return EXIT_UNREACHABLE if unreachable else EXIT_OK
+
+
+def cmd_batches(args, out: Console) -> int:
+    cfg = _configs(args)[args.pipeline]
+    with _ledger(cfg) as ledger:
+        rows = [batch_dict(b) for b in ledger.list_batches(cfg.name, args.limit)]
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        out.print(report.batches_table(f"{cfg.name}: last {args.limit} batches", rows))
+    return EXIT_OK
+
+
+def cmd_batch(args, out: Console) -> int:
+    cfg = _configs(args)[args.pipeline]
+    with _ledger(cfg) as ledger:
+        try:
+            b = batch_dict(ledger.get_batch(cfg.name, args.batch_id))
+        except LedgerError as exc:
+            raise NotFound(str(exc)) from None
+    b["output"] = sink_for(cfg.name, cfg.sink).locations(b.get("target_batch_id") or args.batch_id)
+    if args.json:
+        print(json.dumps(b, indent=1, default=str))
+        return EXIT_OK
+    out.print(report.batches_table(f"{cfg.name}: batch {args.batch_id}", [b]))
+    out.print(report.ranges_table("ranges [from, until)", [b]))
+    for k, v in b["output"].items():
+        out.print(f"{k}: {v}")
+    return EXIT_OK
+
+
+def cmd_events(args, out: Console) -> int:
+    """The audit log: resets (target, who, why), replays and backfills planned, data skipped."""
+    cfg = _configs(args)[args.pipeline]
+    with _ledger(cfg) as ledger:
+        rows = queries.event_rows(ledger, cfg.name, args.limit, routine=args.all)
+    if args.json:
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        scope = "events" if args.all else "events (without routine batch bookkeeping: --all shows it)"
+        out.print(report.events_table(f"{cfg.name}: {len(rows)} newest {scope}", rows))
+        if not rows:
+            out.print(f"no audit events recorded for {cfg.name} yet")
+    return EXIT_OK
+
+
+def cmd_reset(args, out: Console) -> int:
+    from offsetbatch.plan.request import RunRequest, parse_reset_target
+    from offsetbatch.plan.reset import run_reset
+    from offsetbatch.source.admin import KafkaAdmin
+
+    cfg = _configs(args)[args.pipeline]
+    req = RunRequest("reset", reset_to=parse_reset_target(cfg.name, args.to), dry_run=not args.apply,
+                     allow_rewind=args.allow_rewind, allow_data_loss=args.allow_data_loss, reason=args.reason,
+                     actor=f"cli:{getpass.getuser()}")
+    with _ledger(cfg) as ledger, KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
+        plan = run_reset(cfg, ledger, kafka, req)
+    if args.json:
+        print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
+    else:
+        out.print(report.reset_table(plan, applied=args.apply))
+        if not args.apply:
+            out.print("dry run: add --apply to move the frontier")
+    return EXIT_OK
+
+
+def cmd_replay(args, out: Console) -> int:
+    from offsetbatch.plan.replay import plan_window, replay_targets
+    from offsetbatch.plan.request import from_params
+    from offsetbatch.source.admin import KafkaAdmin
+
+    cfg = _configs(args)[args.pipeline]
+    conf = {"mode": "replay"}
+    if args.batch:
+        conf["batch_ids"] = ",".join(map(str, args.batch))
+    else:
+        conf.update(replay_start=args.start, replay_end=args.end)
+    if args.reason:
+        conf["reason"] = args.reason
+    req = from_params(cfg.name, conf)
+    with _ledger(cfg) as ledger, ledger.reading() as conn:
+        if req.batch_ids:
+            targets, history = replay_targets(cfg, ledger, conn, req.batch_ids), []
+        else:
+            with KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
+                targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
+    command = ["airflow", "dags", "trigger", cfg.dag_id, "--conf", json.dumps(conf)]
+    summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],
+               "backfills": [[str(r) for r in rs] for rs in history], "command": shlex.join(command)}
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        out.print(report.batches_table(f"{cfg.name}: batches to re-execute (output replaced, frontier untouched)",
+                                       [batch_dict(b) for b in targets]))
+        for rs in history:
+            out.print("new backfill batch (never read before): " + ", ".join(str(r) for r in rs))
+        out.print(f"Airflow command: {shlex.join(command)}")
+    if not targets and not history:
+        print("nothing to replay: the request holds no records", file=sys.stderr)
+        return EXIT_OK
+    if args.trigger:
+        proc = subprocess.run(command, capture_output=True, text=True)
+        print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
+        return EXIT_OK if proc.returncode == 0 else EXIT_UNREACHABLE
+    return EXIT_OK
+
+
+def cmd_doctor(args, out: Console) -> int:
+    from offsetbatch.ops.doctor import run_checks
+
+    checks = run_checks(_configs(args))
+    if args.json:
+        print(json.dumps([vars(c) for c in checks], indent=1))
+    else:
+        t = Table(title="offsetbatch doctor", title_justify="left")
+        for col in ("check", "", "detail", "how to fix"):
+            t.add_column(col)
+        for c in checks:
+            t.add_row(c.name, "[green]ok[/]" if c.ok else "[red]FAIL[/]", c.detail, c.fix if not c.ok else "")
+        out.print(t)
+    return EXIT_OK if all(c.ok for c in checks) else EXIT_UNREACHABLE
+
+
+ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError: EXIT_REFUSED,
+               KafkaError: EXIT_UNREACHABLE,
+               LedgerError: EXIT_UNREACHABLE,  # LedgerMissingError, LedgerUnreachableError, damaged ledgers
+               sa.exc.SQLAlchemyError: EXIT_UNREACHABLE, sqlite3.Error: EXIT_UNREACHABLE,  # outside _ledger
+               OffsetbatchError: EXIT_REFUSED})  # the rest of the family (commit, sink, artifacts); first match wins
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="offsetbatch", description="Operator view of offsetbatch pipelines.",
+                                     epilog="exit codes: 0 ok, 1 Kafka/ledger unreachable, 2 bad config or usage, 3 not found")
+    parser.add_argument("--pipelines", default=str(PIPELINES_DIR), help="folder of pipeline YAML files")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("status", help="frontier, log end and lag per partition; last batches")
+    p.add_argument("pipeline", nargs="?")
+    p.add_argument("--batches", type=positive_int, default=5, help="last N batches per pipeline (default 5)")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("batches", help="batch history of a pipeline")
+    p.add_argument("pipeline")
+    p.add_argument("--limit", type=positive_int, default=20, help="newest N batches (default 20)")
+    p.set_defaults(func=cmd_batches)
+    p = sub.add_parser("batch", help="one batch: ranges, stats, output location")
+    p.add_argument("pipeline")
+    p.add_argument("batch_id", type=int)
+    p.set_defaults(func=cmd_batch)
+    p = sub.add_parser("events", help="audit log of a pipeline: resets, replays, data loss; when, who, why")
+    p.add_argument("pipeline")
+    p.add_argument("--limit", type=positive_int, default=20, help=f"newest N events (default 20, at most {queries.MAX_PAGE})")
+    p.add_argument("--all", action="store_true", help="include the routine planned/committed events of incremental batches")
+    p.set_defaults(func=cmd_events)
+    p = sub.add_parser("reset", help="move the frontier (dry run unless --apply); audited in the ledger")
+    p.add_argument("pipeline")
+    p.add_argument("--to", required=True, help='earliest | latest | ISO timestamp | JSON {"topic": {"0": offset}}')
+    p.add_argument("--allow-rewind", action="store_true", help="allow moving back over committed batches")
+    p.add_argument("--allow-data-loss", action="store_true",
+                   help="allow skipping unread records beyond the safety limit (they are recorded as gaps)")
+    p.add_argument("--apply", action="store_true", help="change the ledger (default: show what would change)")
+    p.add_argument("--reason", help="kept in the audit log")
+    p.set_defaults(func=cmd_reset)
+    p = sub.add_parser("replay", help="re-execute recorded batches through Airflow (prints or runs the trigger)")
+    p.add_argument("pipeline")
+    p.add_argument("--batch", type=int, action="append", help="batch id to replay (repeatable)")
+    p.add_argument("--from", dest="start", help="window start, ISO timestamp with timezone")
+    p.add_argument("--to", dest="end", help="window end (exclusive)")
+    p.add_argument("--reason", help="kept in the audit log")
+    p.add_argument("--trigger", action="store_true", help="run 'airflow dags trigger' instead of printing it")
+    p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("doctor", help="check Kafka, ledger, Spark connector and Airflow connections")
+    p.set_defaults(func=cmd_doctor, pipeline=None)
+    # The ledger lifecycle: the only CLI path that passes create=True to Ledger; every other command
+    # reads through _ledger(), which never creates.
+    p = sub.add_parser("ledger", help="create a ledger on purpose, or rebuild a lost one from the table")
+    lsub = p.add_subparsers(dest="ledger_command", required=True)
+    lp = lsub.add_parser("init", help="create the ledger of a pipeline (or of every pipeline), or show it exists")
+    lp.add_argument("pipeline", nargs="?")
+    lp.set_defaults(func=cmd_ledger_init)
+    lp = lsub.add_parser("rebuild", help="rebuild a pipeline's lost ledger from its table (dry run unless --apply)")
+    lp.add_argument("pipeline")
+    lp.add_argument("--apply", action="store_true", help="write the rebuilt batches, frontier and gaps (audited)")
+    lp.set_defaults(func=cmd_ledger_rebuild)
+    for sp in [*sub.choices.values(), *lsub.choices.values()]:
+        sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_USAGE if exc.code else EXIT_OK
+    out = Console(width=max(Console().width, 120))
+    # stdout is for tables and --json only: the library's log lines go to stderr, and the Kafka
+    # client's per-connection errors are dropped (the CLI reports failures itself).
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    ours = logging.getLogger("offsetbatch")
+    ours.handlers, ours.propagate = [logging.StreamHandler(sys.stderr)], False
+    ours.setLevel(logging.INFO)
+    try:
+        return args.func(args, out)
+    except tuple(ERRORS) as exc:
+        code = next(c for kind, c in ERRORS.items() if isinstance(exc, kind))
+        print(f"error: {_error_text(exc)}", file=sys.stderr)
+        return code
+
+
+def _error_text(exc: Exception) -> str:
+    """One line, whatever the error: a multi-line message (YAML errors, SQL echoes) is folded."""
+    if isinstance(exc, KafkaError):
+        return f"{type(exc).__name__}: {_one_line(exc)}. Is the broker up? ('offsetbatch doctor')"
+    if isinstance(exc, (sa.exc.SQLAlchemyError, sqlite3.Error)):
+        return f"ledger database error: {_db_reason(exc)}. Nothing was changed; check the ledger ('offsetbatch doctor')"
+    return _one_line(exc)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""``offsetbatch doctor``: is everything a pipeline run needs in place? Each check says what is
+wrong and how to fix it; nothing is changed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from offsetbatch.config import PipelineConfig
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def _run(name: str, fn, fix: str) -> Check:
+    try:
+        return Check(name, True, fn() or "ok")
+    except Exception as exc:  # noqa: BLE001 - a check reports any failure, it never raises
+        return Check(name, False, f"{type(exc).__name__}: {exc}", fix)
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("no 'java' on PATH (Spark and the Kafka broker need Java 17)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30).stderr.splitlines()
+    return out[0] if out else java
+
+
+def _pyspark() -> str:
+    import pyspark
+
+    if not pyspark.__version__.startswith("4.3."):
+        raise RuntimeError(f"pyspark {pyspark.__version__} is installed, not 4.3.x (pyspark-client overwrote it?)")
+    return f"pyspark {pyspark.__version__}"
+
+
+def _connector() -> str:
+    from offsetbatch.dag.spark_jars import spark_connector_jars
+
+    jars = spark_connector_jars()
+    return f"{len(jars)} jars, e.g. {jars[0].rsplit('/', 1)[-1]}"
+
+
+def _airflow_conn(conn_id: str, conn_type: str) -> str:
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if conn.conn_type != conn_type:
+        raise RuntimeError(f"connection {conn_id} has conn_type {conn.conn_type!r}, expected {conn_type!r}")
+    if conn_type == "spark" and not conn.host:
+        raise RuntimeError(f"connection {conn_id} has no host (master); an empty master means YARN")
+    if conn_type == "kafka":
+        from offsetbatch.source.connection import from_connection
+
+        return f"kafka {from_connection(conn_id).describe()}"  # every extra key checked, no secret shown
+    return f"{conn.conn_type} {conn.host}"
+
+
+def _kafka(cfg: PipelineConfig) -> str:
+    from offsetbatch.source.admin import KafkaAdmin
+
+    with KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
+        found = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # DESCRIBE on the topics
+        missing = sorted(set(cfg.kafka.topics or []) - {tp.topic for tp in found})
+        if missing:
+            raise RuntimeError(f"{kafka.bootstrap} is up but topic(s) {', '.join(missing)} do not exist")
+        kafka.check_access(found, cfg.group_id)  # READ on the topics, DESCRIBE and READ on the group
+        return (f"{kafka.client.describe()}: {len(found)} partition(s); may describe and read the topics and "
+                f"its group {cfg.group_id}")
+
+
+def _ledger(cfg: PipelineConfig) -> str:
+    from offsetbatch.commit import ownership
+    from offsetbatch.ledger import Ledger, LedgerMissingError
+    from offsetbatch.ledger.schema import LATEST
+    from offsetbatch.sinks import sink_for
+
+    sink = sink_for(cfg.name, cfg.sink)
+    if ownership.creates_ledger(sink):  # a new pipeline: its first run creates the ledger if it is missing
+        try:
+            ledger = Ledger.for_config(cfg)
+        except LedgerMissingError:
+            return f"no ledger yet at {Ledger.url_for(cfg)}; the first run creates it (nothing published yet)"
+    else:
+        ledger = Ledger.for_config(cfg)
+    with ledger:
+        ownership.check(cfg.name, ledger, sink)
+        rows = ledger.frontier_rows(cfg.name)
+        return (f"{ledger.engine.url.render_as_string(hide_password=True)} (ledger {ledger.identity}, schema "
+                f"v{LATEST}, {len(rows)} partition(s) tracked; owns {cfg.sink.path})")
+
+
+def _transform(cfg: PipelineConfig) -> str:
+    """The config-load checks of the schema, transform and schedule again, reported as one line: a
+    Python transform imports in this environment, not necessarily in Airflow's or Spark's."""
+    from offsetbatch.config import validation
+
+    parts = []
+    if cfg.value.schema_ddl:
+        parts.append(f"value.schema: {len(validation.check_schema_ddl(cfg.value.schema_ddl))} field(s)")
+    if cfg.transform.sql:
+        parts.append(f"transform.sql: {validation.check_transform_sql(cfg.transform.sql)}")
+    elif cfg.transform.python:
+        validation.check_python_callable(cfg.transform.python)
+        parts.append(f"transform.python: {cfg.transform.python} imports and is callable")
+    else:
+        parts.append("no transform: parsed records are written as they are")
+    parts.append(f"airflow.schedule: {validation.check_cron(cfg.airflow.schedule)!r}")
+    return "; ".join(parts) + " (column names are checked by the Spark job before it reads Kafka)"
+
+
+def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
+    checks = [
+        _run("java", _java, "install Java 17 (Debian: apt-get install openjdk-17-jre-headless)"),
+        _run("pyspark", _pyspark, "run 'make setup' (it reinstalls pyspark==4.3.0 last)"),
+        _run("spark kafka connector", _connector, "run 'make setup' once with access to Maven Central"),
+    ]
+    spark_conns = {c.spark.conn_id for c in configs.values()}
+    kafka_conns = {c.kafka.conn_id for c in configs.values()}
+    for conn_id in sorted(spark_conns):
+        checks.append(_run(f"airflow connection {conn_id}", lambda c=conn_id: _airflow_conn(c, "spark"),
+                           'define it, e.g. AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type":"spark","host":"local[*]",'
+                           '"extra":{"deploy-mode":"client"}}\' (scripts/env.sh does)'))
+    for conn_id in sorted(kafka_conns):
+        checks.append(_run(f"airflow connection {conn_id}", lambda c=conn_id: _airflow_conn(c, "kafka"),
+                           'define it, e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type":"kafka","extra":'
+                           '{"bootstrap.servers":"127.0.0.1:9092"}}\' (scripts/env.sh does)'))
+    for cfg in configs.values():
+        checks.append(_run(f"{cfg.name}: schema, transform, schedule", lambda c=cfg: _transform(c),
+                           f"fix value.schema / transform / airflow.schedule in {cfg.source_file}; for "
+                           f"transform.python, install the module where Airflow and Spark run"))
+        checks.append(_run(f"{cfg.name}: kafka", lambda c=cfg: _kafka(c),
+                           "start the broker ('offsetbatch-stack kafka start' locally) or fix the connection; "
+                           f"create missing topics or fix kafka.topics in {cfg.source_file}"))
+        checks.append(_run(f"{cfg.name}: ledger", lambda c=cfg: _ledger(c),
+                           f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
+                           f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
+                           f"{cfg.name}'"))
+    return checks
