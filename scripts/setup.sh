@@ -53,11 +53,12 @@ if [ ! -f "$AIRFLOW_HOME/.migrated" ]; then
   touch "$AIRFLOW_HOME/.migrated"
 fi
 # One-slot pool per pipeline (docs/architecture.md, Invariants: serialization): backfill runs bypass max_active_runs, the pool does not.
-# Every installed pipeline (OFFSETBATCH_PIPELINES, as the DAG file reads it); a config that does not load gets no pool (warned).
+# Every installed pipeline (offsetbatch.config.installed: OFFSETBATCH_PIPELINES, as the DAGs, the UI and the CLI read it); a config that does not load gets no pool (warned).
 python - > "$AIRFLOW_HOME/pools.json" <<'PY'
 import json, sys
-from offsetbatch.dag.factory import installed_configs
-configs, errors = installed_configs()
+from offsetbatch.config import installed
+found = installed.read()
+configs, errors = found.configs.values(), [*found.missing, *found.errors]
 for error in errors:
     print(f"setup: warning: no pool (and no DAG) until this config is fixed: {error}", file=sys.stderr)
 print(json.dumps({c.pool: {"slots": 1, "description": f"offsetbatch pipeline {c.name}: one task at a time",

@@ -5,10 +5,15 @@ write it) and the manifest (what was read and written). Both are JSON files in t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from offsetbatch import storage
 from offsetbatch.errors import ConfigError
-from offsetbatch.model import OffsetRange
+from offsetbatch.model import Batch, OffsetRange
+
+if TYPE_CHECKING:
+    from offsetbatch.config import PipelineConfig
+    from offsetbatch.source.connection import KafkaClientConfig
 
 SPEC_VERSION = 3  # 3: ``kafka_options``; 2: ``batch_id`` and ``output_id`` apart, the sink's settings
 READABLE_VERSIONS = (2, 3)  # a v2 spec is a v3 one without Kafka options (PLAINTEXT)
@@ -33,6 +38,21 @@ class JobSpec:
     # secrets reach the job in a private file, never here.
     kafka_options: dict = field(default_factory=dict)
     version: int = SPEC_VERSION
+
+    @classmethod
+    def for_batch(cls, cfg: "PipelineConfig", client: "KafkaClientConfig", batch: Batch) -> "JobSpec":
+        """Everything the job needs of the pipeline's config for ``batch``: the one place that maps
+        config fields to the contract. A replay stages under its own id and publishes under its
+        target's. Only the connection's non-secret Kafka options (the secrets reach the job in a
+        private file)."""
+        return cls(
+            pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
+            kafka_options=client.spark_options(), ranges=[r.to_dict() for r in batch.ranges],
+            sink=cfg.sink.model_dump(), value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl,
+            required=list(cfg.value.required), transform_sql=cfg.transform.sql,
+            transform_python=cfg.transform.python, isolation_level=cfg.kafka.isolation_level,
+            records_per_task=cfg.spark.records_per_task,
+        )
 
     @property
     def offset_ranges(self) -> list[OffsetRange]:

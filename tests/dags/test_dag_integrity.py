@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from offsetbatch.config import load_all
+from offsetbatch.config.installed import load_all
 from offsetbatch.dag.factory import pipeline_dags, raise_config_errors
 from offsetbatch.errors import ConfigError
 from offsetbatch.paths import PROJECT_ROOT

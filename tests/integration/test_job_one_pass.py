@@ -13,6 +13,7 @@ from kafka.admin import NewTopic
 
 from offsetbatch.job import stats as job_stats
 from offsetbatch.jobspec import JobSpec
+from offsetbatch.sinks import sink_for
 
 pytestmark = pytest.mark.integration
 SCHEMA = "event_id STRING, kind STRING, n INT"
@@ -86,7 +87,8 @@ def test_statistics_and_rejected_records_come_from_the_one_write(kafka_broker, s
     # same data and the same rejected rows, the rejected ones from a second read of the ranges.
     assert job._too_many_rejected(RuntimeError("Total size of serialized results of 3 tasks (300.0 MiB) is bigger "
                                                "than spark.driver.maxResultSize (256.0 MiB)"))
-    staged, values = job._write_batch(spark, spec, "a2", None, collect_rejected=False)
+    staged, values = job._write_batch(spark, spec, sink_for(spec.pipeline, spec.sink), "a2", None,
+                                      collect_rejected=False)
     assert "rejected_rows" not in values
     assert job_stats.reports(spec, values) == manifest.ranges
     assert sorted((r["kafka_partition"], r["kafka_offset"]) for r in _rows(staged.data_files)) == expected

@@ -16,6 +16,7 @@ from offsetbatch.config import PipelineConfig
 from offsetbatch.ledger import Ledger, LedgerLockTimeout, StaleCommitError
 from offsetbatch.ledger.schema import LATEST, ranges, schema_version
 from offsetbatch.model import OffsetRange, TopicPartition
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.planner import RunInfo, plan_for_run
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch_dev.sample.producer import produce
@@ -95,12 +96,12 @@ def test_a_commit_that_waited_for_the_lock_finds_the_batch_committed_by_the_othe
     def a_commits_first(point: str) -> None:  # run b is past its own status check, not yet in the lock
         if point == "commit.before_transaction" and ledger.get_batch("p", 1).status == "planned":
             monkeypatch.setattr(faults, "checkpoint", real)
-            assert commit.commit_batch(cfg, ledger, 1, "a").outcome == "committed"
+            assert commit.commit_batch(Pipeline(cfg), ledger, 1, "a").outcome == "committed"
         real(point)
 
     monkeypatch.setattr(faults, "checkpoint", a_commits_first)
     events_before = len(ledger.list_events("p"))
-    late = commit.commit_batch(cfg, ledger, 1, "b")
+    late = commit.commit_batch(Pipeline(cfg), ledger, 1, "b")
     assert late.outcome == "already_committed"
     batch = ledger.get_batch("p", 1)
     assert (batch.status, batch.stats["committed_attempt"]) == ("committed", "a")
@@ -196,9 +197,9 @@ def _cfg(topic: str, url: str) -> PipelineConfig:
 def test_planning_is_idempotent_per_run_and_resumes_pending_batches(ledger, kafka_broker, topic):
     cfg = _cfg(topic, ledger.url)
     with KafkaAdmin(kafka_broker.bootstrap) as kafka:
-        first = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
-        again = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
-        other = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-2"), "/tmp/unused")
+        first = plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("d", "run-1"))
+        again = plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("d", "run-1"))
+        other = plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("d", "run-2"))
     assert first.outcome == "new" and [str(r) for r in first.batch.ranges] == [f"{topic}/0[0,150)", f"{topic}/1[0,150)"]
     assert again.outcome == "same_run" and again.batch.ranges == first.batch.ranges
     assert other.outcome == "pending" and other.batch.batch_id == first.batch.batch_id
@@ -215,7 +216,7 @@ def test_a_timestamp_starting_policy_starts_new_partitions_at_that_time(ledger, 
     cfg = PipelineConfig(name="ts_policy", kafka={"topics": [name]}, sink={"path": "/tmp/unused"},
                          ledger={"url": ledger.url}, starting_policy=(base + timedelta(minutes=30)).isoformat())
     with KafkaAdmin(kafka_broker.bootstrap) as kafka:
-        result = plan_for_run(cfg, ledger, kafka, RunInfo("d", "run-1"), "/tmp/unused")
+        result = plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("d", "run-1"))
     assert [str(r) for r in result.batch.ranges] == [f"{name}/0[100,200)", f"{name}/1[100,200)"]
     assert [row["start_offset"] for row in ledger.frontier_rows("ts_policy")] == [100, 100]
 
@@ -225,7 +226,7 @@ def test_concurrent_planners_create_exactly_one_batch(ledger, kafka_broker, topi
 
     def plan(i: int):
         with KafkaAdmin(kafka_broker.bootstrap) as kafka:
-            return plan_for_run(cfg, ledger, kafka, RunInfo("d", f"run-{i}"), "/tmp/unused")
+            return plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("d", f"run-{i}"))
 
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(plan, range(8)))

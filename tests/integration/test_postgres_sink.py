@@ -35,8 +35,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs 
 BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 TABLE = "public.sample_events"
-COMMIT = ("import sys\nfrom offsetbatch.config import load_config\nfrom offsetbatch.dag.tasks import commit_step\n"
-          "print(commit_step(load_config(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
+COMMIT = ("import sys\nfrom offsetbatch.dag.tasks import commit_step\nfrom offsetbatch.pipeline import Pipeline\n"
+          "print(commit_step(Pipeline.load(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
 
 
 def _sample_pipeline(make_pipeline, postgres, **sink):

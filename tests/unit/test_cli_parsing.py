@@ -15,9 +15,10 @@ from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import gaps
 from offsetbatch.model import Gap, OffsetRange, TopicPartition
 from offsetbatch.ops import cli
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.request import ResetTarget
 from offsetbatch.plan.reset import apply_reset, plan_reset
-from offsetbatch.source.admin import PartitionOffsets
+from offsetbatch.source.admin import KafkaAdmin, PartitionOffsets
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -72,7 +73,7 @@ def pipeline(tmp_path):
             conn.execute(gaps.update().where(gaps.c.until_offset == 7)
                          .values(detected_at=datetime.now(timezone.utc) - timedelta(days=2)))
         with led.lock("orders") as conn:
-            plan = plan_reset(_cfg(), led, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 300}), False)
+            plan = plan_reset(Pipeline(_cfg()), led, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 300}), False)
             apply_reset(led, conn, plan, actor="cli:tester", reason="unit")
         with led.lock("orders") as conn:
             led.skip_gap(conn, "orders", Gap("t", 1, 50, 60, reason="retention"))
@@ -170,7 +171,7 @@ def test_reads_never_ask_for_a_new_ledger(pipeline, capsys, monkeypatch):
         real(self, url, create)
 
     monkeypatch.setattr(Ledger, "__init__", spy)
-    monkeypatch.setattr(cli.KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
+    monkeypatch.setattr(KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
     folder, _ = pipeline
     for argv in (("status",), ("batches", "orders"), ("batch", "orders", "1"), ("events", "orders")):
         assert _run(capsys, "--pipelines", str(folder), "--json", *argv)[0] == cli.EXIT_OK, argv
@@ -200,7 +201,7 @@ def test_events_show_when_who_and_why(pipeline, capsys):
 
 
 def test_status_shows_data_lost_in_the_last_24_hours(pipeline, capsys, monkeypatch):
-    monkeypatch.setattr(cli.KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
+    monkeypatch.setattr(KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
     folder, _ = pipeline
     code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status")
     assert code == cli.EXIT_OK, err

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from offsetbatch.commit.protocol import validate_manifest
+from offsetbatch.commit.manifest_check import validate_manifest
 from offsetbatch.errors import ManifestError
 from offsetbatch.jobspec import Manifest, RangeReport
 from offsetbatch.model import Batch, OffsetRange
+from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.files import FilesSink, TableLayout
 
 
@@ -65,7 +66,7 @@ def test_publish_replaces_earlier_output_and_is_idempotent(tmp_path):
     sink.publish(3, 3, "a2")
     sink.publish(3, 3, "a2")  # a crash-and-rerun of publish changes nothing
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "new"
-    assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "new"
+    assert (Path(RejectedFolders(layout.root).of(3)) / "part-0.parquet").read_text() == "new"
     assert not Path(layout.staging(3)).exists() and not Path(layout.meta, "trash").exists()
 
 
@@ -76,7 +77,7 @@ def test_publish_finishes_after_a_crash_between_its_moves(tmp_path):
     Path(layout.data(3)).parent.mkdir(parents=True, exist_ok=True)
     Path(layout.staging_data(3, "a1")).rename(layout.data(3))  # crash after the first rename
     sink.publish(3, 3, "a1")
-    assert (Path(layout.rejected(3)) / "part-0.parquet").read_text() == "v1"
+    assert (Path(RejectedFolders(layout.root).of(3)) / "part-0.parquet").read_text() == "v1"
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "v1"
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from offsetbatch.config import ConfigError, load_all, load_config
+from offsetbatch.config import ConfigError, load_config
+from offsetbatch.config.installed import load_all
 
 GOOD = {
     "name": "orders",

@@ -141,9 +141,10 @@ def test_fault_points_parse_actions(monkeypatch):
 
 
 def test_the_sample_pipelines_postgres_variant_loads():
-    from offsetbatch.config import PIPELINES_DIR, load_all
+    from offsetbatch.config import PIPELINES_DIR
+    from offsetbatch.config.installed import load_all
 
     assert "sample_events_postgres" not in load_all()  # not installed where the ledger is SQLite (make demo)
-    cfg = load_all(PIPELINES_DIR / "postgres")["sample_events_postgres"]
+    cfg = load_all(str(PIPELINES_DIR / "postgres"))["sample_events_postgres"]
     assert cfg.sink.type == "postgres" and cfg.sink.table == "public.sample_events"
     assert cfg.sink.conn_id == cfg.ledger.conn_id  # the table lives in the ledger's database

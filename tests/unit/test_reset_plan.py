@@ -13,6 +13,7 @@ import pytest
 from offsetbatch.errors import RunRequestError
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange, TopicPartition
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.request import MAX_RESET_SKIP, ResetTarget, RunRequest
 from offsetbatch.plan.reset import apply_reset, check_data_loss, plan_reset, run_reset
 from offsetbatch.source.admin import PartitionOffsets
@@ -62,16 +63,16 @@ CFG = SimpleNamespace(name="p", kafka=SimpleNamespace(topics=["t"], pattern=None
 
 def test_rewind_snaps_back_to_whole_batches_on_all_their_partitions(ledger):
     with ledger.reading() as conn:
-        plan = plan_reset(CFG, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
+        plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
     # t/0@150 is inside batch 2 -> back to 100; batch 1 is untouched (ends at 100).
     assert plan.superseded == [2] and {m.tp: m.to for m in plan.moves} == {P0: 100}
 
     with ledger.reading() as conn:
-        plan = plan_reset(CFG, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P1: 60}), allow_rewind=True)
+        plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P1: 60}), allow_rewind=True)
     assert plan.superseded == [3] and {m.tp: m.to for m in plan.moves} == {P1: 50}
 
     with ledger.reading() as conn:
-        plan = plan_reset(CFG, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P1: 10}), allow_rewind=True)
+        plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P1: 10}), allow_rewind=True)
     # inside batch 1 on t/1: batch 1 is re-read whole, so t/0 goes back to 0 too, superseding batch 2.
     assert plan.superseded == [1, 2, 3] and {m.tp: m.to for m in plan.moves} == {P0: 0, P1: 0}
     assert [m.requested for m in plan.moves] == [0, 10]
@@ -80,9 +81,9 @@ def test_rewind_snaps_back_to_whole_batches_on_all_their_partitions(ledger):
 def test_rewind_without_the_flag_is_refused_and_apply_is_audited(ledger):
     target = ResetTarget("offsets", offsets={P0: 150})
     with ledger.reading() as conn, pytest.raises(RunRequestError, match=r"committed batch\(es\) 2\. Set allow_rewind"):
-        plan_reset(CFG, ledger, conn, FakeKafka(), target, allow_rewind=False)
+        plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), target, allow_rewind=False)
     with ledger.lock("p") as conn:
-        plan = plan_reset(CFG, ledger, conn, FakeKafka(), target, allow_rewind=True)
+        plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), target, allow_rewind=True)
         apply_reset(ledger, conn, plan, actor="tester", reason="unit")
     assert ledger.frontier_now("p") == {P0: 100, P1: 80}
     assert ledger.get_batch("p", 2).status == "superseded"
@@ -92,7 +93,7 @@ def test_rewind_without_the_flag_is_refused_and_apply_is_audited(ledger):
 
 def test_forward_reset_records_a_gap(ledger):
     with ledger.lock("p") as conn:
-        plan = plan_reset(CFG, ledger, conn, FakeKafka(), ResetTarget("latest"), allow_rewind=False)
+        plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("latest"), allow_rewind=False)
         apply_reset(ledger, conn, plan, actor="tester", reason=None)
     assert ledger.frontier_now("p") == {P0: 1000, P1: 1000}
     assert sorted((g.partition, g.from_offset, g.until_offset, g.reason) for _, g in ledger.list_gaps("p")) == \
@@ -105,7 +106,7 @@ FUTURE = ResetTarget("timestamp", timestamp=datetime(2030, 1, 1, tzinfo=timezone
 def _apply(ledger, kafka, target, allow_data_loss=False, dry_run=False, reason="unit"):
     request = RunRequest("reset", reset_to=target, dry_run=dry_run, allow_data_loss=allow_data_loss,
                          reason=reason, actor="tester")
-    return run_reset(CFG, ledger, kafka, request)
+    return run_reset(Pipeline(CFG), ledger, kafka, request)
 
 
 def _state(ledger):
@@ -158,8 +159,8 @@ def test_skipping_more_than_the_limit_needs_allow_data_loss(ledger):
 
 def test_skips_within_the_limit_and_rewinds_need_no_flag(ledger):
     with ledger.reading() as conn:
-        small = plan_reset(CFG, ledger, conn, FakeKafka(end=1000), ResetTarget("latest"), allow_rewind=False)
-        back = plan_reset(CFG, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
+        small = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(end=1000), ResetTarget("latest"), allow_rewind=False)
+        back = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
     check_data_loss(small, ResetTarget("latest"), allow_data_loss=False)
     assert back.skipped == 0
     check_data_loss(back, ResetTarget("offsets", offsets={P0: 150}), allow_data_loss=False)
@@ -176,8 +177,8 @@ def test_a_rewind_over_a_kafka_topic_sink_is_refused_unless_republish(ledger):
     cfg = SimpleNamespace(**{**vars(CFG), "sink": kafka_sink})
     with ledger.reading() as conn, pytest.raises(RunRequestError, match=r"a rewind would re-read batch\(es\) 2, and a "
                                                                         r"Kafka topic is append-only"):
-        plan_reset(cfg, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
+        plan_reset(Pipeline(cfg), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}), allow_rewind=True)
     cfg = SimpleNamespace(**{**vars(CFG), "sink": {**kafka_sink, "republish": True}})
     with ledger.reading() as conn:
-        assert plan_reset(cfg, ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}),
+        assert plan_reset(Pipeline(cfg), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}),
                           allow_rewind=True).superseded == [2]

@@ -14,7 +14,7 @@ from offsetbatch.config import load_config
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import FORMATS
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks import FilesSink, Sink, SinkSettings, sink_for
+from offsetbatch.sinks import FilesSink, PublishesAfterLedgerCommit, Sink, SinkSettings, sink_for
 
 BASE = {"name": "orders", "kafka": {"topics": ["orders"]},
         "value": {"format": "json", "schema": "id STRING"}, "sink": {"path": "/data/orders"}}
@@ -40,13 +40,15 @@ class _ArchiveSettings(SinkSettings):
     bucket: str
 
 
-class _ArchiveSink(Sink):
+class _ArchiveSink(PublishesAfterLedgerCommit, Sink):
     """A stand-in sink: its own settings, nothing else (publication is the sink's business)."""
 
     type = "archive"
     Settings = _ArchiveSettings
+    target = "archive"
 
-    def publish(self, batch_id, output_id, attempt): ...
+    def asset_uri(self): return f"archive://{self.settings.bucket}"
+    def publish(self, batch_id, output_id, attempt, superseded=(), kind=""): ...
     def retire(self, output_id): ...
     def is_published(self, output_id, attempt): return False
     def published_ids(self): return []

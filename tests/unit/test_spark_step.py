@@ -11,6 +11,7 @@ from offsetbatch.config import load_config
 from offsetbatch.dag.tasks import NothingToRun, spark_redundant, spark_submission
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange, TopicPartition
+from offsetbatch.pipeline import Pipeline
 
 TP = TopicPartition("t", 0)
 
@@ -46,7 +47,7 @@ def _commit(cfg, batch_id: int, attempt: str) -> None:
 
 def test_submits_every_planned_batch_under_one_attempt_and_counts_it(cfg):
     plan = _plan(cfg, (0, 10), (10, 20))
-    sub = spark_submission(cfg, plan, try_number=2)
+    sub = spark_submission(Pipeline(cfg), plan, try_number=2)
     assert [b.batch_id for b in sub.batches] == [1, 2]
     assert sub.attempt.startswith("2-")
     assert sub.application_args == ["--spec", "/specs/1.json", "--spec", "/specs/2.json", "--attempt", sub.attempt]
@@ -58,24 +59,24 @@ def test_submits_every_planned_batch_under_one_attempt_and_counts_it(cfg):
 def test_committed_batches_are_left_out_and_an_empty_plan_runs_nothing(cfg):
     plan = _plan(cfg, (0, 10), (10, 20))
     _commit(cfg, 1, "x")
-    assert [b.batch_id for b in spark_submission(cfg, plan, 1).batches] == [2]
+    assert [b.batch_id for b in spark_submission(Pipeline(cfg), plan, 1).batches] == [2]
     _commit(cfg, 2, "y")
     with pytest.raises(NothingToRun, match=r"batch\(es\) \[1, 2\] are already committed"):
-        spark_submission(cfg, plan, 1)
+        spark_submission(Pipeline(cfg), plan, 1)
     with pytest.raises(NothingToRun, match="plan outcome is empty"):
-        spark_submission(cfg, {"needs_work": False, "outcome": "empty", "batches": []}, 1)
+        spark_submission(Pipeline(cfg), {"needs_work": False, "outcome": "empty", "batches": []}, 1)
 
 
 def test_a_failure_is_redundant_only_when_other_attempts_committed_every_batch(cfg):
-    sub = spark_submission(cfg, _plan(cfg, (0, 10), (10, 20)), 1)
-    assert spark_redundant(cfg, sub) is None  # nothing committed: the failure stands
+    sub = spark_submission(Pipeline(cfg), _plan(cfg, (0, 10), (10, 20)), 1)
+    assert spark_redundant(Pipeline(cfg), sub) is None  # nothing committed: the failure stands
     _commit(cfg, 1, "other")
-    assert spark_redundant(cfg, sub) is None  # batch 2 is still this attempt's job
+    assert spark_redundant(Pipeline(cfg), sub) is None  # batch 2 is still this attempt's job
     _commit(cfg, 2, sub.attempt)
-    assert spark_redundant(cfg, sub) is None  # this very attempt committed one: not redundant
-    sub2 = spark_submission(cfg, _plan(cfg, (20, 30)), 1)
+    assert spark_redundant(Pipeline(cfg), sub) is None  # this very attempt committed one: not redundant
+    sub2 = spark_submission(Pipeline(cfg), _plan(cfg, (20, 30)), 1)
     _commit(cfg, 3, "winner")
-    assert "were committed by other attempts" in spark_redundant(cfg, sub2)
+    assert "were committed by other attempts" in spark_redundant(Pipeline(cfg), sub2)
 
 
 def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
@@ -88,13 +89,13 @@ def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
     _commit(cfg, 1, "a")
     with Ledger.for_config(cfg) as ledger:
         replay = RunRequest("replay", batch_ids=(1,))
-        first = plan_for_run(cfg, ledger, None, RunInfo("d", "manual__1", request=replay, run_type="manual"), "/t")
-        second = plan_for_run(cfg, ledger, None, RunInfo("d", "backfill__1", request=replay, run_type="backfill"), "/t")
+        first = plan_for_run(Pipeline(cfg), ledger, None, RunInfo("d", "manual__1", request=replay, run_type="manual"))
+        second = plan_for_run(Pipeline(cfg), ledger, None, RunInfo("d", "backfill__1", request=replay, run_type="backfill"))
         assert [b.batch_id for b in first.batches] == [b.batch_id for b in second.batches] == [2]
         assert second.needs_work and ledger.get_batch("p", 2).target_batch_id == 1
         assert ledger.get_batch("p", 2).stats["run_type"] == "manual"
         _commit(cfg, 2, "x")
-        third = plan_for_run(cfg, ledger, None, RunInfo("d", "manual__3", request=replay), "/t")
+        third = plan_for_run(Pipeline(cfg), ledger, None, RunInfo("d", "manual__3", request=replay))
         assert [b.batch_id for b in third.batches] == [3]  # once committed, a new replay is a new batch
 
 
@@ -103,13 +104,13 @@ def test_a_failed_spark_step_is_one_line_naming_batch_ranges_cause_and_next_step
     from offsetbatch.dag.tasks import spark_failure
     from offsetbatch.sinks import sink_for
 
-    sub = spark_submission(cfg, _plan(cfg, (0, 10)), 1)
-    killed = spark_failure(cfg, sub, RuntimeError("Cannot execute: spark-submit --master local[*] …. Error code is: -9."))
+    sub = spark_submission(Pipeline(cfg), _plan(cfg, (0, 10)), 1)
+    killed = spark_failure(Pipeline(cfg), sub, RuntimeError("Cannot execute: spark-submit --master local[*] …. Error code is: -9."))
     assert killed == (f"pipeline p batch(es) 1 attempt {sub.attempt}: the Spark job failed (spark-submit was killed by "
                       f"signal 9 (SIGKILL)). Ranges: batch 1: t/0[0,10). Nothing was committed; the next run (or a "
                       f"retry of this task) re-executes batch(es) 1 unchanged.")
     storage.write_json(sink_for("p", cfg.sink).staging.job_error(1, sub.attempt),
                        {"error": "KafkaException: Timeout of 30000ms expired before the position for partition t-0"})
-    line = spark_failure(cfg, sub, RuntimeError("Cannot execute: spark-submit …. Error code is: 1."))
+    line = spark_failure(Pipeline(cfg), sub, RuntimeError("Cannot execute: spark-submit …. Error code is: 1."))
     assert "(spark-submit exited with code 1; the job's last error: KafkaException: Timeout of 30000ms" in line
     assert "\n" not in line

@@ -9,7 +9,8 @@ import textwrap
 import pytest
 import yaml
 
-from offsetbatch.config import ConfigError, load_all, load_config, validation
+from offsetbatch.config import ConfigError, load_config, validation
+from offsetbatch.config.installed import load_all
 from offsetbatch.formats import ERROR, META
 from offsetbatch.ops.doctor import _run, _transform
 

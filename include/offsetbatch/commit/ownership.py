@@ -25,7 +25,7 @@ def creates_ledger(sink: Sink) -> bool:
 
 def check(pipeline: str, ledger: Ledger, sink: Sink) -> None:
     """Refuse (``OwnershipError``, nothing changed) unless ``ledger`` owns ``sink``'s output."""
-    where = f"pipeline {pipeline}: the table at {sink.settings.path}"
+    where = f"pipeline {pipeline}: the {sink.target}"
     owner = sink.owner()
     if owner is not None:
         if owner.get("ledger_id") != ledger.identity or owner.get("pipeline") != pipeline:

@@ -22,7 +22,7 @@ from offsetbatch.errors import RebuildRefusedError
 from offsetbatch.jobspec import Manifest
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Gap, OffsetRange, TopicPartition
-from offsetbatch.sinks import Sink
+from offsetbatch.sinks import KeepsManifests, Sink
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,12 @@ class RebuildPlan:
 
 def plan_rebuild(pipeline: str, sink: Sink) -> RebuildPlan:
     """What the ledger of ``pipeline`` held, read from the sink's published manifests."""
+    where = f"pipeline {pipeline}: the {sink.target}"
+    if not isinstance(sink, KeepsManifests):
+        raise RebuildRefusedError(
+            f"{where} keeps no manifests of its batches (the {sink.type} sink), so its ledger cannot be rebuilt from "
+            f"it. Nothing was changed. Restore the ledger from a backup.")
     manifests = sink.published_manifests()
-    where = f"pipeline {pipeline}: the table at {sink.settings.path}"
     if not manifests:
         raise RebuildRefusedError(f"{where} holds no published batch; there is nothing to rebuild. A new ledger is "
                                   f"created by 'offsetbatch ledger init' or the pipeline's first run.")

@@ -258,32 +258,3 @@ def load_config(path: str | Path) -> PipelineConfig:
             f"field '{'.'.join(str(p) for p in err['loc']) or '(top level)'}': {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"{path}: invalid pipeline config: {problems}") from None
-
-
-def load_all(directory: str | Path = PIPELINES_DIR) -> dict[str, PipelineConfig]:
-    """Every ``*.yaml`` in a folder, keyed by pipeline name (names must be unique)."""
-    configs: dict[str, PipelineConfig] = {}
-    for path in sorted(Path(directory).glob("*.y*ml")):
-        cfg = load_config(path)
-        if cfg.name in configs:
-            raise ConfigError(f"{path}: pipeline name '{cfg.name}' is already used by {configs[cfg.name].source_file}")
-        configs[cfg.name] = cfg
-    return configs
-
-
-def load_installed(sources: str | None = None) -> dict[str, PipelineConfig]:
-    """The pipelines of this installation, for readers that are not handed a folder (the UI plugin).
-
-    ``OFFSETBATCH_PIPELINES`` lists YAML files and folders of them, separated by ``os.pathsep``;
-    unset, it is ``include/pipelines/``. A name used twice is an error, as in ``load_all``."""
-    sources = sources if sources is not None else os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR))
-    configs: dict[str, PipelineConfig] = {}
-    for entry in filter(None, sources.split(os.pathsep)):
-        path = Path(entry)
-        found = load_all(path) if path.is_dir() else {c.name: c for c in [load_config(path)]}
-        for name, cfg in found.items():
-            if name in configs:
-                raise ConfigError(f"{cfg.source_file}: pipeline name '{name}' is already used by "
-                                  f"{configs[name].source_file}")
-            configs[name] = cfg
-    return configs

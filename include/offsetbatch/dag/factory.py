@@ -1,8 +1,8 @@
 """One Airflow DAG per pipeline config: plan → spark_job → commit.
 
 Adding a pipeline is adding a YAML file: ``dags/offsetbatch_pipelines.py`` calls ``pipeline_dags``,
-which builds one DAG per installed config (``OFFSETBATCH_PIPELINES``: YAML files and folders of
-them, separated by ``:``; default ``include/pipelines/``), and ``dags/offsetbatch_pipeline_errors.py``
+which builds one DAG per installed config (``offsetbatch.config.installed``:
+``OFFSETBATCH_PIPELINES``, YAML files and folders of them separated by ``:``), and ``dags/offsetbatch_pipeline_errors.py``
 calls ``raise_config_errors``, which fails with every config that does not load (file and field
 named), so it shows as that file's DAG import error.
 
@@ -18,12 +18,12 @@ raises ``ConfigError`` in that file, as before).
 from __future__ import annotations
 
 import logging
-import os
 from datetime import timedelta
 from pathlib import Path
 
-from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_config
+from offsetbatch.config import PIPELINES_DIR, PipelineConfig, installed, load_config
 from offsetbatch.errors import ConfigError
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.request import check_keys, dag_params
 
 log = logging.getLogger(__name__)
@@ -38,11 +38,12 @@ def _config_path(config: str | Path) -> Path:
     return path
 
 
-def _doc(cfg: PipelineConfig) -> str:
+def _doc(pipeline: Pipeline, asset_uri: str) -> str:
+    cfg = pipeline.cfg
     source = ", ".join(cfg.kafka.topics) if cfg.kafka.topics else f"topics matching `{cfg.kafka.pattern}`"
     return (
         f"### {cfg.name}\n\n{cfg.description}\n\n"
-        f"Reads {source} exactly once into `{cfg.sink.path}`. Offsets are tracked in the offsets ledger "
+        f"Reads {source} exactly once into {pipeline.sink.target} (asset `{asset_uri}`). Offsets are tracked in the offsets ledger "
         f"(`{cfg.ledger.url or cfg.ledger.conn_id}`), not by a consumer group; progress is published to "
         f"group `{cfg.group_id}` for lag tools.\n\n"
         f"Tasks: **plan** (ranges from the frontier) → **spark_job** (reads exactly those ranges) → "
@@ -55,51 +56,21 @@ def _doc(cfg: PipelineConfig) -> str:
     )
 
 
-def config_files(sources: str | None = None) -> list[Path]:
-    """The installed config files, in order: ``OFFSETBATCH_PIPELINES`` (or ``sources``) as
-    ``config.load_installed`` reads it; a folder gives its ``*.yaml``/``*.yml``, sorted."""
-    sources = sources if sources is not None else os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR))
-    files: list[Path] = []
-    for entry in filter(None, sources.split(os.pathsep)):
-        path = Path(entry)
-        files.extend(sorted(path.glob("*.y*ml")) if path.is_dir() else [path])
-    return files
-
-
-def installed_configs(sources: str | None = None) -> tuple[list[PipelineConfig], list[str]]:
-    """Every installed config that loads, and one message per file that does not (each names the
-    file; a name used twice is refused on its second file). Unlike ``config.load_installed``, one bad
-    file does not stop the others: each pipeline's DAG stands on its own."""
-    good: dict[str, PipelineConfig] = {}
-    errors: list[str] = []
-    for path in config_files(sources):
-        try:
-            cfg = load_config(path)
-        except ConfigError as exc:
-            errors.append(str(exc))
-            continue
-        if cfg.name in good:
-            errors.append(f"{path}: pipeline name '{cfg.name}' is already used by {good[cfg.name].source_file}; "
-                          f"rename one of them (only the first has a DAG)")
-            continue
-        good[cfg.name] = cfg
-    return list(good.values()), errors
-
-
 def pipeline_dags(sources: str | None = None) -> dict:
     """One DAG per installed config that loads, keyed by DAG id: a DAG file puts them in its globals
     (``globals().update(pipeline_dags())``). A config that does not load is skipped and logged, not
     raised: an import error would hide every DAG of the file (``raise_config_errors`` reports it)."""
-    configs, errors = installed_configs(sources)
-    for message in errors:
+    found = installed.read(sources)
+    for message in (*found.missing, *found.errors):
         log.error("offsetbatch: pipeline config skipped, it has no DAG: %s", message)
-    return {cfg.dag_id: _build(cfg, Path(cfg.source_file)) for cfg in configs}
+    return {cfg.dag_id: _build(cfg, Path(cfg.source_file)) for cfg in found.configs.values()}
 
 
 def raise_config_errors(sources: str | None = None) -> None:
     """Raise ``ConfigError`` naming every installed config file that does not load (the DAG import
     error of the DAG file that calls it); return when all load."""
-    _, errors = installed_configs(sources)
+    found = installed.read(sources)
+    errors = [*found.missing, *found.errors]
     if errors:
         raise ConfigError(f"{len(errors)} offsetbatch pipeline config(s) have no DAG until fixed "
                           f"(the other pipelines are not affected):\n" + "\n".join(errors))
@@ -121,13 +92,14 @@ def _build(cfg: PipelineConfig, path: Path):
     from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
 
     cfg_path = str(path)
-    table = cfg.sink.path if "://" in cfg.sink.path else f"file://{cfg.sink.path}"
-    asset = Asset(name=f"offsetbatch.{cfg.name}", uri=table)
+    pipeline = Pipeline(cfg)
+    # The outlet is the sink's real target (a table, an Iceberg table, a topic), never its staging.
+    asset = Asset(name=f"offsetbatch.{cfg.name}", uri=pipeline.sink.asset_uri())
 
     @dag(
         dag_id=cfg.dag_id,
         description=cfg.description or f"offsetbatch pipeline {cfg.name}",
-        doc_md=_doc(cfg),
+        doc_md=_doc(pipeline, asset.uri),
         schedule=CronDataIntervalTimetable(cfg.airflow.schedule, timezone="UTC"),
         start_date=cfg.airflow.start_date,
         end_date=cfg.airflow.end_date,
@@ -152,7 +124,7 @@ def _build(cfg: PipelineConfig, path: Path):
             dag_run = ctx["dag_run"]
             with fail_without_retry():  # a refused value or bad config fails every attempt alike
                 check_keys(cfg.name, getattr(dag_run, "conf", None))  # what the user sent, before the merge
-                return plan_step(load_config(cfg_path), ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
+                return plan_step(Pipeline.load(cfg_path), ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
                                  params=dict(ctx["params"]),
                                  run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
                                  actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
@@ -174,7 +146,7 @@ def _build(cfg: PipelineConfig, path: Path):
             planned = ctx["ti"].xcom_pull(task_ids="plan")
             attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
             with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
-                result = commit_step(load_config(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
+                result = commit_step(Pipeline.load(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
             ctx["outlet_events"][asset].extra = result
             return result
 

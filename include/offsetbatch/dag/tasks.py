@@ -23,42 +23,30 @@ from datetime import datetime
 
 from offsetbatch import faults, storage
 from offsetbatch.commit import ownership
-from offsetbatch.commit.protocol import commit_batch, publish_pending
-from offsetbatch.config import PipelineConfig
+from offsetbatch.commit.protocol import commit_batch
+from offsetbatch.commit.publication import publish_pending
 from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError
 from offsetbatch.jobspec import JobSpec
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.planner import RunInfo, plan_for_run
 from offsetbatch.plan.request import RunRequest, from_params, run_interval
 from offsetbatch.plan.reset import run_reset
-from offsetbatch.sinks import Sink, sink_for
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.connection import KafkaClientConfig, from_connection
 
 log = logging.getLogger(__name__)
 
 
-def _kafka(cfg: PipelineConfig) -> KafkaAdmin:
-    return KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level)
-
-
-def write_spec(cfg: PipelineConfig, client: KafkaClientConfig, batch: Batch) -> str:
-    """The job spec of ``batch``; a replay stages under its own id and publishes under its target's.
-    It holds the connection's non-secret Kafka options only (``spark_job_secrets`` has the rest)."""
-    uri = sink_for(cfg.name, cfg.sink).staging.spec(batch.batch_id)
-    JobSpec(
-        pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
-        kafka_options=client.spark_options(),
-        ranges=[r.to_dict() for r in batch.ranges], sink=cfg.sink.model_dump(),
-        value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl, required=list(cfg.value.required),
-        transform_sql=cfg.transform.sql, transform_python=cfg.transform.python,
-        isolation_level=cfg.kafka.isolation_level, records_per_task=cfg.spark.records_per_task,
-    ).save(uri)
+def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch) -> str:
+    """The job spec of ``batch`` (``JobSpec.for_batch``), where the job and the commit find it."""
+    uri = pipeline.sink.staging.spec(batch.batch_id)
+    JobSpec.for_batch(pipeline.cfg, client, batch).save(uri)
     return uri
 
 
-def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datetime | None,
+def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: datetime | None,
               params: dict | None = None, run_type: str | None = None, actor: str | None = None,
               airflow_interval: tuple[datetime | None, datetime | None] = (None, None)) -> dict:
     """Plan (or find) this run's batches and write their job specs, or carry out a reset.
@@ -67,6 +55,7 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datet
     ``airflow_interval``, which Airflow infers differently for manual runs and keeps stale on runs a
     backfill reuses. The trigger parameters are checked before the ledger is opened, so a bad value
     changes nothing."""
+    cfg = pipeline.cfg
     interval = run_interval(cfg.airflow.schedule, logical_date) or (None, None)
     if logical_date is not None and tuple(airflow_interval) != interval:
         log.info("pipeline %s run %s (%s, logical date %s): reads the schedule interval [%s, %s); Airflow's "
@@ -75,29 +64,29 @@ def plan_step(cfg: PipelineConfig, dag_id: str, run_id: str, logical_date: datet
     request = from_params(cfg.name, params, run_type, interval, actor)
     log.info("pipeline %s run %s: %s run, mode %s, %s", cfg.name, run_id, run_type or "manual", request.mode,
              f"interval [{_iso(interval[0])}, {_iso(interval[1])})" if interval[0] else "no interval: reads to the log end")
-    sink = sink_for(cfg.name, cfg.sink)
     # Kafka first: a connection the broker refuses (credentials, certificate, ACLs) fails the task
     # before the ledger is even opened, so the ledger stays byte-identical.
-    with _kafka(cfg) as kafka:
+    with pipeline.kafka() as kafka:
         kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # an ACL denial fails here, before the ledger
-        with Ledger.for_config(cfg, create=ownership.creates_ledger(sink)) as ledger:
-            return _plan_with(cfg, ledger, kafka, sink, request, RunInfo(dag_id, run_id, interval[0], interval[1],
-                                                                          request, run_type), interval)
+        with pipeline.ledger(create=ownership.creates_ledger(pipeline.sink)) as ledger:
+            return _plan_with(pipeline, ledger, kafka, request, RunInfo(dag_id, run_id, interval[0], interval[1],
+                                                                         request, run_type), interval)
 
 
-def _plan_with(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaAdmin, sink: Sink, request: RunRequest,
-               run: RunInfo, interval: tuple) -> dict:
+def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest, run: RunInfo,
+               interval: tuple) -> dict:
     """The plan (or reset) itself, once Kafka has accepted the pipeline's user and topics."""
-    ownership.check(cfg.name, ledger, sink)
+    cfg = pipeline.cfg
+    ownership.check(cfg.name, ledger, pipeline.sink)
     if request.mode == "reset":
-        return _reset(cfg, ledger, request, kafka)
-    publish_pending(cfg, ledger)
-    result = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
+        return _reset(pipeline, ledger, kafka, request)
+    publish_pending(pipeline, ledger)
+    result = plan_for_run(pipeline, ledger, kafka, run)
     client = kafka.client
     faults.checkpoint("plan.after_commit")
     batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
                 "ranges": [str(r) for r in b.ranges],
-                "spec": write_spec(cfg, client, b) if result.needs_work else None}
+                "spec": write_spec(pipeline, client, b) if result.needs_work else None}
                for b in result.batches]
     return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
             "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
@@ -108,9 +97,9 @@ def _iso(ts: datetime | None) -> str | None:
     return ts.isoformat() if ts is not None else None
 
 
-def _reset(cfg: PipelineConfig, ledger: Ledger, request: RunRequest, kafka: KafkaAdmin) -> dict:
-    plan = run_reset(cfg, ledger, kafka, request)
-    return {"pipeline": cfg.name, "mode": "reset", "outcome": "dry_run" if request.dry_run else "reset",
+def _reset(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest) -> dict:
+    plan = run_reset(pipeline, ledger, kafka, request)
+    return {"pipeline": pipeline.name, "mode": "reset", "outcome": "dry_run" if request.dry_run else "reset",
             "needs_work": False, "batches": [], "reset": plan.to_dict()}
 
 
@@ -126,24 +115,25 @@ class SparkSubmission:
     spec_uris: list[str] = field(default_factory=list)  # the job specs, for a Spark Connect run in the task
 
 
-def spark_job_secrets(cfg: PipelineConfig) -> dict[str, str]:
+def spark_job_secrets(pipeline: Pipeline) -> dict[str, str]:
     """The Kafka secrets the job needs (SASL login, client key), from the pipeline's Kafka
     connection at submit time; empty for a PLAINTEXT connection. The operator hands them over in a
     private file (``kafka_connection.write_secrets_file``), never in arguments or the job spec."""
-    return from_connection(cfg.kafka.conn_id).spark_secrets()
+    return from_connection(pipeline.cfg.kafka.conn_id).spark_secrets()
 
 
 class NothingToRun(Exception):
     """The spark_job task has nothing to do (the operator turns it into a skip, with this reason)."""
 
 
-def spark_submission(cfg: PipelineConfig, plan: dict | None, try_number: int) -> SparkSubmission:
+def spark_submission(pipeline: Pipeline, plan: dict | None, try_number: int) -> SparkSubmission:
     """The batches of ``plan`` (the plan task's XCom) that are still ``planned``, each counted as one
     more attempt in the ledger. Raises ``NothingToRun`` when the plan is empty or everything is
     already committed, which makes a cleared or retried run cheap and safe."""
     if not plan or not plan.get("needs_work"):
         raise NothingToRun(f"nothing to run: plan outcome is {plan and plan.get('outcome')}")
-    with Ledger.for_config(cfg) as ledger:
+    cfg = pipeline.cfg
+    with pipeline.ledger() as ledger:
         todo = [ledger.get_batch(cfg.name, b["batch_id"]) for b in plan["batches"]]
         todo = [b for b in todo if b.status == "planned"]
         if not todo:
@@ -162,11 +152,12 @@ def spark_submission(cfg: PipelineConfig, plan: dict | None, try_number: int) ->
     return SparkSubmission(todo, attempt, args, name, [specs[b.batch_id] for b in todo])
 
 
-def spark_redundant(cfg: PipelineConfig, submission: SparkSubmission) -> str | None:
+def spark_redundant(pipeline: Pipeline, submission: SparkSubmission) -> str | None:
     """After a failed spark-submit: if other runs executing the same pending batches committed them
     meanwhile (and cleared this attempt's staging), this attempt was redundant, not failed. Returns
     the reason to skip, or ``None`` when the failure stands."""
-    with Ledger.for_config(cfg) as ledger:
+    cfg = pipeline.cfg
+    with pipeline.ledger() as ledger:
         won = [ledger.get_batch(cfg.name, b.batch_id) for b in submission.batches]
     if all(w.status == "committed" and w.stats.get("committed_attempt") != submission.attempt for w in won):
         return (f"pipeline {cfg.name} batch(es) {[w.batch_id for w in won]} were committed by other attempts "
@@ -175,10 +166,10 @@ def spark_redundant(cfg: PipelineConfig, submission: SparkSubmission) -> str | N
     return None
 
 
-def spark_failure(cfg: PipelineConfig, submission: SparkSubmission, error: BaseException) -> str:
+def spark_failure(pipeline: Pipeline, submission: SparkSubmission, error: BaseException) -> str:
     """One line for the task log when the Spark step failed: pipeline, batches, ranges, attempt, the
     cause (a signal, the job's own last error, Kafka unreachable) and what the next run does."""
-    sink = sink_for(cfg.name, cfg.sink)
+    cfg, sink = pipeline.cfg, pipeline.sink
     causes = []
     code = re.search(r"Error code is: (-?\d+)", str(error))
     if code and int(code.group(1)) < 0:
@@ -200,27 +191,27 @@ def spark_failure(cfg: PipelineConfig, submission: SparkSubmission, error: BaseE
             f"{ids} unchanged.")
 
 
-def _progress_client(cfg: PipelineConfig) -> KafkaAdmin | None:
+def _progress_client(pipeline: Pipeline) -> KafkaAdmin | None:
     """Kafka for the commit's best-effort group publication only: the commit itself needs the
     ledger and the staged output, not Kafka, so an outage or a rotated password after the Spark job
     must not hold it back (the next commit publishes the group's offsets again)."""
     try:
-        return _kafka(cfg)
+        return pipeline.kafka()
     except (KafkaAuthError, KafkaUnreachableError, KafkaConnectionError) as exc:
-        log.warning("pipeline %s: committing without publishing group offsets: %s", cfg.name, exc)
+        log.warning("pipeline %s: committing without publishing group offsets: %s", pipeline.name, exc)
         return None
 
 
-def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict:
+def commit_step(pipeline: Pipeline, batch_ids: list[int], attempt: str) -> dict:
     """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
     the Asset event (totals, and per batch)."""
-    with Ledger.for_config(cfg) as ledger:
-        ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))
+    with pipeline.ledger() as ledger:
+        ownership.check(pipeline.name, ledger, pipeline.sink)
         per_batch = []
-        kafka = _progress_client(cfg)
+        kafka = _progress_client(pipeline)
         try:
             for batch_id in batch_ids:
-                result = commit_batch(cfg, ledger, batch_id, attempt, kafka)
+                result = commit_batch(pipeline, ledger, batch_id, attempt, kafka)
                 per_batch.append({"batch_id": batch_id, "outcome": result.outcome,
                                   **{k: v for k, v in result.stats.items()
                                      if isinstance(v, (int, float, str)) or v is None}})
@@ -228,4 +219,4 @@ def commit_step(cfg: PipelineConfig, batch_ids: list[int], attempt: str) -> dict
             if kafka is not None:
                 kafka.close()
         totals = {k: sum(b.get(k) or 0 for b in per_batch) for k in ("rows_in", "rows_out", "rows_rejected")}
-        return {"pipeline": cfg.name, "batch_ids": list(batch_ids), **totals, "batches": per_batch}
+        return {"pipeline": pipeline.name, "batch_ids": list(batch_ids), **totals, "batches": per_batch}

@@ -35,7 +35,7 @@ from offsetbatch.job.session import is_remote_session
 from offsetbatch.job.transform import analyze_transform, transform
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.sinks import sink_for
-from offsetbatch.sinks.base import StagedOutput
+from offsetbatch.sinks.base import Sink, StagedOutput
 from offsetbatch.source.connection import SECRETS_ARG, read_secrets_file
 
 log = logging.getLogger("offsetbatch.job")
@@ -62,12 +62,11 @@ def _kill_when_writing(staging_data: str, driver_is_parent: bool) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def _write_batch(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str] | None,
+def _write_batch(spark: SparkSession, spec: JobSpec, sink: Sink, attempt: str, secrets: dict[str, str] | None,
                  collect_rejected: bool) -> tuple[StagedOutput, dict]:
     """One read of the ranges, parsed once: the data write is the only action over Kafka; the
     batch's statistics and (``collect_rejected``) its rejected records are observed on the way.
     Without ``collect_rejected`` the rejected records are read and parsed a second time."""
-    sink = sink_for(spec.pipeline, spec.sink)
     fmt = FORMATS[spec.value_format]
 
     def parsed_records() -> DataFrame:
@@ -111,14 +110,14 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
              f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
     try:
-        staged, values = _write_batch(spark, spec, attempt, secrets, collect_rejected=True)
+        staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=True)
     except Exception as exc:
         if not _too_many_rejected(exc):
             raise
         log.warning("pipeline %s batch %d: the rejected records are too many to collect in one pass "
                     "(spark.driver.maxResultSize); writing the batch again, the rejected records from a second "
                     "read of its ranges", spec.pipeline, spec.batch_id)
-        staged, values = _write_batch(spark, spec, attempt, secrets, collect_rejected=False)
+        staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=False)
     reports = job_stats.reports(spec, values)
 
     manifest = Manifest(

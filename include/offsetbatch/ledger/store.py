@@ -12,8 +12,8 @@ from typing import Iterator
 import sqlalchemy as sa
 
 from offsetbatch.ledger import engine as eng
-from offsetbatch.ledger import queries
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError
+from offsetbatch.ledger.rows import page_rows, range_rows
 from offsetbatch.ledger.schema import batches, events, frontier, gaps, ledger_info, ranges
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 
@@ -136,7 +136,7 @@ class Ledger:
 
     def _batch(self, conn: sa.Connection, row, read: list | None = None) -> Batch:
         """A batch row as a ``Batch``; ``read``: its range rows when the caller fetched a page's
-        ranges at once (``queries.range_rows``), else they are read here."""
+        ranges at once (``rows.range_rows``), else they are read here."""
         stats = {k: row._mapping[k] for k in ("rows_in", "rows_out", "rows_rejected", "bytes_in", "job_seconds",
                                               "commit_seconds", "attempts", "planned_at", "committed_at",
                                               "published_at", "data_interval_start", "data_interval_end",
@@ -227,8 +227,8 @@ class Ledger:
         """Up to ``limit`` batches, newest first, with ``batch_id < before`` if given: the UI's paged
         query (``ledger.queries``), one query for the page and one ``IN`` query for its ranges."""
         with self.reading() as conn:
-            rows = queries.page_rows(conn, pipeline, limit, before)
-            read = queries.range_rows(conn, pipeline, (r.target_batch_id or r.batch_id for r in rows))
+            rows = page_rows(conn, pipeline, limit, before)
+            read = range_rows(conn, pipeline, (r.target_batch_id or r.batch_id for r in rows))
             return [self._batch(conn, r, read.get(r.target_batch_id or r.batch_id, [])) for r in rows]
 
     def all_ranges(self, pipeline: str, committed_only: bool = True) -> list[tuple[int, OffsetRange]]:

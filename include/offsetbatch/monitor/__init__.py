@@ -6,5 +6,7 @@ log ends, never from Airflow's own database. The paged, indexed ledger reads beh
     health   the warning rules of the Pipelines page (pure)
     chart    the lag-over-time chart as inline SVG (pure; no script, no CDN)
     views    HTML pages (Jinja2 templates in ``templates/``)
-    app      the FastAPI app: pages + JSON API, Airflow authentication required
+    sources  the configs, ledgers and Kafka clients one API-server process keeps open
+    pages    what each page and JSON answer holds (plain dicts; no web framework)
+    app      the FastAPI routes over ``pages``: Airflow authentication required, errors as statuses
 """

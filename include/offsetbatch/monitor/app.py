@@ -14,31 +14,31 @@ be read is a 503 naming the pipeline (the other pipelines' pages keep working).
 
 from __future__ import annotations
 
-import logging
-from contextlib import contextmanager
-from typing import Annotated, Iterator
+from typing import Annotated
 
-import sqlalchemy as sa
 from airflow.api_fastapi.core_api.security import GetUserDep as User
 from airflow.api_fastapi.core_api.security import get_user
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
-from offsetbatch.config import ConfigError, PipelineConfig
-from offsetbatch.ledger import LedgerError, queries
-from offsetbatch.monitor import chart, health
+from offsetbatch.config import PipelineConfig
+from offsetbatch.ledger import queries
+from offsetbatch.monitor import chart
+from offsetbatch.monitor.pages import (MAX_POINTS, PAGE, POINTS, Forbidden, NotFound, PageError,
+                                       Pages, Unavailable)
 from offsetbatch.monitor.sources import Sources
 from offsetbatch.monitor.views import render
-from offsetbatch.sinks import sink_for
 
-log = logging.getLogger(__name__)
-PAGE = 50
-EVENTS = 20  # audit events on the pipeline page and in its API answer
 MAX_BATCH_ID = 2**63 - 1  # ob_batches.batch_id is a BIGINT: a larger ``before`` cannot be a batch id
 # What a query parameter must be, for the 422 message (FastAPI's own wording names only the bound).
 PARAMETERS = {"before": "a batch id, a positive 64-bit integer (pass next_before of the previous page)",
-              "limit": f"a page size from 1 to {queries.MAX_PAGE}", "points": "a number of points from 1 to 2000"}
+              "limit": f"a page size from 1 to {queries.MAX_PAGE}", "points": f"a number of points from 1 to {MAX_POINTS}"}
+STATUS = {NotFound: 404, Forbidden: 403, Unavailable: 503}
+
+Before = Annotated[int | None, Query(ge=1, le=MAX_BATCH_ID)]
+Limit = Annotated[int, Query(ge=1, le=queries.MAX_PAGE)]
+Points = Annotated[int, Query(ge=1, le=MAX_POINTS)]
 
 
 def _may_read(user, cfg: PipelineConfig, runs: bool = False) -> bool:
@@ -49,194 +49,110 @@ def _may_read(user, cfg: PipelineConfig, runs: bool = False) -> bool:
                                                 access_entity=DagAccessEntity.RUN if runs else None)
 
 
-def _locate(cfg: PipelineConfig, batches: list[dict]) -> list[dict]:
-    """Where each batch's output and rejected records are, as the pipeline's sink says (at the sink
-    path the batch was planned with)."""
-    by_path: dict[str, list[dict]] = {}
-    for b in batches:
-        path = b.pop("output_path", None)
-        by_path.setdefault(path, []).append(b)
-    for path, group in by_path.items():
-        sink = sink_for(cfg.name, cfg.sink.model_copy(update={"path": path})) if path else None
-        found = sink.locations_of([b["output_id"] for b in group]) if sink else {}
-        for b in group:
-            where = found.get(b["output_id"], {})
-            b["output"] = where.get("data") or where.get("output")
-            b["rejected_output"] = where.get("rejected")
-    return batches
+def _pages(request: Request, user: User) -> Pages:
+    """The pages as this request's user may see them."""
+    return Pages(request.app.state.sources, lambda cfg, runs: _may_read(user, cfg, runs))
+
+
+Site = Annotated[Pages, Depends(_pages)]
+router = APIRouter()
 
 
 def create_app(sources: Sources | None = None) -> FastAPI:
-    src = sources or Sources()
     app = FastAPI(title="offsetbatch", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(get_user)])
-
-    @app.exception_handler(HTTPException)
-    async def _errors(request: Request, exc: HTTPException):
-        if exc.status_code == 401 and "/api/" not in request.url.path:
-            from airflow.api_fastapi.app import get_auth_manager
-
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
-        return _error(request, exc.status_code, exc.detail)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        """422 with one sentence per bad parameter instead of FastAPI's list (a page shows it as text)."""
-        return _error(request, 422, invalid_parameters(exc.errors()))
-
-    def base(request: Request) -> str:
-        return request.scope.get("root_path", "").rstrip("/")
-
-    def airflow_root(request: Request) -> str:
-        root = base(request)
-        return root[: -len("/offsetbatch")] if root.endswith("/offsetbatch") else ""
-
-    def pipelines() -> dict[str, PipelineConfig]:
-        try:
-            return src.pipelines()
-        except ConfigError as exc:
-            raise HTTPException(500, f"the pipeline configs (OFFSETBATCH_PIPELINES) are invalid: {exc}") from None
-
-    def pipeline(name: str, user) -> PipelineConfig:
-        configs = pipelines()
-        cfg = configs.get(name)
-        if cfg is None:
-            raise HTTPException(404, f"no pipeline '{name}': {len(configs)} pipeline(s) are configured "
-                                     f"(OFFSETBATCH_PIPELINES); the Pipelines page lists those you may read")
-        if not _may_read(user, cfg):
-            raise HTTPException(403, f"you may not read DAG {cfg.dag_id} (pipeline {name})")
-        return cfg
-
-    @contextmanager
-    def ledger_read(cfg: PipelineConfig) -> Iterator[None]:
-        """A ledger that is missing, unreachable or damaged answers 503 naming the pipeline, not a
-        500 with a traceback in the server log only."""
-        try:
-            yield
-        except (LedgerError, sa.exc.SQLAlchemyError) as exc:
-            log.warning("pipeline %s: cannot read its ledger: %s", cfg.name, exc)
-            raise HTTPException(503, f"pipeline {cfg.name}: cannot read its ledger: {_one_line(exc)}") from None
-
-    def overview(cfg: PipelineConfig, lag: list[dict] | None = None) -> dict:
-        """``lag``: the lag history when the caller already has it (the rules need the last few points)."""
-        ledger = src.ledger(cfg)
-        status = src.status(cfg, ledger)
-        summary = queries.summary(ledger, cfg.name)
-        if lag is None:
-            lag = queries.lag_history(ledger, cfg.name, points=health.GROWING_RUNS + 1)
-        state, findings = health.assess(status, summary, lag)
-        lag_seconds = max((p["lag_seconds"] or 0 for p in status["partitions"]), default=0) \
-            if all(p["lag_seconds"] is not None for p in status["partitions"]) else None
-        return {"name": cfg.name, "dag_id": cfg.dag_id, "state": state, "findings": health.as_dicts(findings),
-                "lag_seconds": lag_seconds, "status": status, "summary": summary}
-
-    def all_overviews(user) -> tuple[list[dict], list[str]]:
-        rows, errors = [], []
-        for cfg in pipelines().values():
-            if not _may_read(user, cfg):
-                continue
-            try:
-                rows.append(overview(cfg))
-            except Exception as exc:  # noqa: BLE001 - one broken ledger must not hide the others
-                if isinstance(exc, LedgerError):  # missing or unreachable: the message says it all
-                    log.warning("pipeline %s: cannot read its ledger: %s", cfg.name, exc)
-                else:
-                    log.exception("pipeline %s: overview failed", cfg.name)
-                errors.append(f"pipeline {cfg.name}: cannot read its ledger: {type(exc).__name__}: {_one_line(exc)}")
-        return rows, errors
-
-    def detail(cfg: PipelineConfig, before: int | None, limit: int, points: int) -> dict:
-        with ledger_read(cfg):
-            ledger = src.ledger(cfg)
-            lag = queries.lag_history(ledger, cfg.name, max(points, health.GROWING_RUNS + 1))
-            out = overview(cfg, lag)
-            out["lag_history"] = lag[-points:]
-            out["gaps"] = queries.gap_rows(ledger, cfg.name)
-            out["events"] = queries.event_rows(ledger, cfg.name, EVENTS, window=queries.EVENT_WINDOW)
-            out["page"] = queries.batch_page(ledger, cfg.name, before, limit)
-        _locate(cfg, out["page"]["batches"])
-        queries.mark_gaps(out["page"]["batches"], out["gaps"])
-        return out
-
-    def run_view(dag_id: str, run_id: str, user) -> tuple[PipelineConfig | None, list[dict]]:
-        """``(None, [])`` for a DAG id no pipeline has: the run tab is on every DAG's runs."""
-        cfg = src.by_dag_id(dag_id)
-        if cfg is None:
-            return None, []
-        if not _may_read(user, cfg, runs=True):
-            raise HTTPException(403, f"you may not read runs of DAG {dag_id}")
-        with ledger_read(cfg):
-            return cfg, _locate(cfg, queries.batches_for_run(src.ledger(cfg), cfg.name, run_id))
-
-    # ---- pages ----------------------------------------------------------------------------
-
-    @app.get("/", response_class=HTMLResponse)
-    def pipelines_page(request: Request, user: User):
-        rows, errors = all_overviews(user)
-        return render("pipelines.html", rows=rows, errors=errors, base=base(request), configured=len(pipelines()))
-
-    @app.get("/pipelines/{name}", response_class=HTMLResponse)
-    def pipeline_page(request: Request, name: str, user: User,
-                      before: Annotated[int | None, Query(ge=1, le=MAX_BATCH_ID)] = None,
-                      limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = PAGE):
-        cfg = pipeline(name, user)
-        d = detail(cfg, before, limit, 200)
-        return render("pipeline.html", cfg=cfg, base=base(request), airflow=airflow_root(request),
-                      chart=chart.lag_svg(d["lag_history"], d["gaps"]), event_window=queries.EVENT_WINDOW, **d)
-
-    @app.get("/dags/{dag_id}", response_class=HTMLResponse)
-    def dag_tab(request: Request, dag_id: str, user: User):
-        cfg = src.by_dag_id(dag_id)
-        if cfg is None:
-            raise HTTPException(404, f"no offsetbatch pipeline has DAG id {dag_id}: this tab shows offsetbatch "
-                                     f"pipelines only")
-        return RedirectResponse(f"{base(request)}/pipelines/{cfg.name}", status_code=303)
-
-    @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
-    def run_page(request: Request, dag_id: str, run_id: str, user: User):
-        """The run tab. A DAG that is not a pipeline gets a 404 whose page still explains itself in
-        one line (Airflow shows this tab on the runs of every DAG)."""
-        cfg, batches = run_view(dag_id, run_id, user)
-        html = render("run.html", cfg=cfg, dag_id=dag_id, run_id=run_id, batches=batches, base=base(request))
-        return HTMLResponse(html, status_code=200 if cfg else 404)
-
-    # ---- JSON API -------------------------------------------------------------------------
-
-    @app.get("/api/pipelines")
-    def api_pipelines(user: User) -> dict:
-        rows, errors = all_overviews(user)
-        return {"pipelines": rows, "errors": errors}
-
-    @app.get("/api/pipelines/{name}")
-    def api_pipeline(name: str, user: User, points: Annotated[int, Query(ge=1, le=2000)] = 200) -> dict:
-        cfg = pipeline(name, user)
-        d = detail(cfg, None, 10, points)
-        d["last_batches"] = d.pop("page")["batches"]
-        return d
-
-    @app.get("/api/pipelines/{name}/batches")
-    def api_batches(name: str, user: User, before: Annotated[int | None, Query(ge=1, le=MAX_BATCH_ID)] = None,
-                    limit: Annotated[int, Query(ge=1, le=queries.MAX_PAGE)] = PAGE) -> dict:
-        cfg = pipeline(name, user)
-        with ledger_read(cfg):
-            page = queries.batch_page(src.ledger(cfg), cfg.name, before, limit)
-            queries.mark_gaps(page["batches"], queries.gap_rows(src.ledger(cfg), cfg.name))
-        return page
-
-    @app.get("/api/pipelines/{name}/lag")
-    def api_lag(name: str, user: User, points: Annotated[int, Query(ge=1, le=2000)] = 200) -> dict:
-        cfg = pipeline(name, user)
-        with ledger_read(cfg):
-            return {"pipeline": name, "points": queries.lag_history(src.ledger(cfg), cfg.name, points)}
-
-    @app.get("/api/runs/{dag_id}/{run_id}")
-    def api_run(dag_id: str, run_id: str, user: User) -> dict:
-        cfg, batches = run_view(dag_id, run_id, user)
-        if cfg is None:
-            raise HTTPException(404, f"no offsetbatch pipeline has DAG id '{dag_id}'")
-        return {"pipeline": cfg.name, "dag_id": dag_id, "run_id": run_id, "batches": batches}
-
+    app.state.sources = sources or Sources()
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(PageError, _page_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.include_router(router)
     return app
+
+
+async def _http_error(request: Request, exc: HTTPException):
+    if exc.status_code == 401 and "/api/" not in request.url.path:
+        from airflow.api_fastapi.app import get_auth_manager
+
+        return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+    return _error(request, exc.status_code, exc.detail)
+
+
+async def _page_error(request: Request, exc: PageError):
+    return _error(request, STATUS.get(type(exc), 500), str(exc))
+
+
+async def _invalid(request: Request, exc: RequestValidationError):
+    """422 with one sentence per bad parameter instead of FastAPI's list (a page shows it as text)."""
+    return _error(request, 422, invalid_parameters(exc.errors()))
+
+
+def _base(request: Request) -> str:
+    return request.scope.get("root_path", "").rstrip("/")
+
+
+def _airflow_root(request: Request) -> str:
+    root = _base(request)
+    return root[: -len("/offsetbatch")] if root.endswith("/offsetbatch") else ""
+
+
+# ---- pages --------------------------------------------------------------------------------
+
+
+@router.get("/", response_class=HTMLResponse)
+def pipelines_page(request: Request, site: Site):
+    listing = site.pipelines()
+    return render("pipelines.html", rows=listing["pipelines"], errors=listing["errors"], base=_base(request),
+                  configured=len(site.configs()))
+
+
+@router.get("/pipelines/{name}", response_class=HTMLResponse)
+def pipeline_page(request: Request, name: str, site: Site, before: Before = None, limit: Limit = PAGE):
+    cfg = site.pipeline(name)
+    d = site.detail(cfg, before, limit, POINTS)
+    return render("pipeline.html", cfg=cfg, base=_base(request), airflow=_airflow_root(request),
+                  chart=chart.lag_svg(d["lag_history"], d["gaps"]), event_window=queries.EVENT_WINDOW, **d)
+
+
+@router.get("/dags/{dag_id}", response_class=HTMLResponse)
+def dag_tab(request: Request, dag_id: str, site: Site):
+    return RedirectResponse(f"{_base(request)}/pipelines/{site.pipeline_of_dag(dag_id).name}", status_code=303)
+
+
+@router.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, dag_id: str, run_id: str, site: Site):
+    """The run tab. A DAG that is not a pipeline gets a 404 whose page still explains itself in
+    one line (Airflow shows this tab on the runs of every DAG)."""
+    cfg, batches = site.run_batches(dag_id, run_id)
+    html = render("run.html", cfg=cfg, dag_id=dag_id, run_id=run_id, batches=batches, base=_base(request))
+    return HTMLResponse(html, status_code=200 if cfg else 404)
+
+
+# ---- JSON API -----------------------------------------------------------------------------
+
+
+@router.get("/api/pipelines")
+def api_pipelines(site: Site) -> dict:
+    return site.pipelines()
+
+
+@router.get("/api/pipelines/{name}")
+def api_pipeline(name: str, site: Site, points: Points = POINTS) -> dict:
+    return site.latest(site.pipeline(name), points)
+
+
+@router.get("/api/pipelines/{name}/batches")
+def api_batches(name: str, site: Site, before: Before = None, limit: Limit = PAGE) -> dict:
+    return site.batches(site.pipeline(name), before, limit)
+
+
+@router.get("/api/pipelines/{name}/lag")
+def api_lag(name: str, site: Site, points: Points = POINTS) -> dict:
+    return site.lag(site.pipeline(name), points)
+
+
+@router.get("/api/runs/{dag_id}/{run_id}")
+def api_run(dag_id: str, run_id: str, site: Site) -> dict:
+    return site.run(dag_id, run_id)
 
 
 def invalid_parameters(errors: list[dict]) -> str:
@@ -257,10 +173,6 @@ def _error(request: Request, status: int, detail) -> HTMLResponse | JSONResponse
         return JSONResponse({"detail": detail}, status_code=status)
     return HTMLResponse(render("base.html").replace("</body>", f'<p id="error">{_esc(detail)}</p></body>'),
                         status_code=status)
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
 
 
 def _esc(text) -> str:

@@ -1,5 +1,6 @@
 """What the UI reads from, shared by the requests of one API-server process: the pipeline configs
-(``OFFSETBATCH_PIPELINES``), one ``Ledger`` per database and one Kafka admin client per cluster.
+(``config.installed``) with each one's ``Pipeline`` (its sink), one ``Ledger`` per database and one
+Kafka admin client per cluster.
 
 Opening a ledger engine or a Kafka client costs far more than a page's queries, so both are kept
 open; a Kafka client that fails is closed and reopened on the next request.
@@ -10,14 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 import time
-from pathlib import Path
 
-from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_installed
+from offsetbatch.config import PipelineConfig, installed
 from offsetbatch.ledger import Ledger
 from offsetbatch.ops.status import pipeline_status
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.connection import from_connection
 
@@ -29,34 +29,33 @@ class Sources:
         self._spec = spec
         self._lock = threading.Lock()
         self._configs: tuple[tuple, dict[str, PipelineConfig]] | None = None
+        self._pipelines: dict[str, Pipeline] = {}
         self._ledgers: dict[str, Ledger] = {}
         self._kafka: dict[str, tuple[KafkaAdmin, threading.Lock]] = {}
 
-    @property
-    def spec(self) -> str:
-        return self._spec if self._spec is not None else os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR))
-
-    def _stamp(self) -> tuple:
-        files = []
-        for entry in filter(None, self.spec.split(os.pathsep)):
-            p = Path(entry)
-            for f in (sorted(p.glob("*.y*ml")) if p.is_dir() else [p]):
-                try:
-                    files.append((str(f), f.stat().st_mtime_ns))
-                except OSError:
-                    files.append((str(f), None))
-        return self.spec, tuple(files)
-
     def pipelines(self) -> dict[str, PipelineConfig]:
-        """The configs, re-read when a file changes (a new pipeline shows up without a restart)."""
-        stamp = self._stamp()
+        """The installed configs (``config.installed``, as the DAGs and the CLI read them), re-read
+        when a file changes: a new pipeline shows up without a restart. A file that does not load is
+        logged and left out, as it has no DAG."""
+        stamp = (self._spec, installed.stamp(self._spec))
         with self._lock:
             if self._configs is None or self._configs[0] != stamp:
-                self._configs = (stamp, load_installed(self.spec))
+                found = installed.read(self._spec)
+                for problem in (*found.missing, *found.errors):
+                    log.warning("offsetbatch UI: pipeline config left out: %s", problem)
+                self._configs = (stamp, found.configs)
             return self._configs[1]
 
     def by_dag_id(self, dag_id: str) -> PipelineConfig | None:
         return next((c for c in self.pipelines().values() if c.dag_id == dag_id), None)
+
+    def pipeline(self, cfg: PipelineConfig) -> Pipeline:
+        """``cfg``'s pipeline (its sink built once), rebuilt when the config was re-read."""
+        with self._lock:
+            found = self._pipelines.get(cfg.name)
+            if found is None or found.cfg is not cfg:
+                found = self._pipelines[cfg.name] = Pipeline(cfg)
+            return found
 
     def ledger(self, cfg: PipelineConfig) -> Ledger:
         url = Ledger.url_for(cfg)

@@ -10,7 +10,8 @@
     offsetbatch ledger init [PIPELINE]              create the ledger(s) on purpose (runs never create one over a table)
     offsetbatch ledger rebuild PIPELINE [--apply]   a lost ledger, rebuilt from the table's published manifests
 
-Pipelines are the YAML files in include/pipelines/ (``--pipelines DIR`` for another folder).
+Pipelines are the installed ones (``offsetbatch.config.installed``: ``OFFSETBATCH_PIPELINES``, as the DAGs
+and the UI read it); ``--pipelines`` names other files or folders (``:``-separated).
 Exit codes: 0 ok, 1 Kafka or the ledger could not be reached or read (doctor: a check failed), 2 bad
 config or usage, 3 pipeline or batch not found, 4 request refused (invalid value; nothing changed).
 Every failure is one line on stderr, ``error: …``; stdout holds only tables or ``--json`` output.
@@ -29,7 +30,6 @@ import sqlite3
 import subprocess
 import sys
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 import sqlalchemy as sa
@@ -38,13 +38,12 @@ from rich.console import Console
 from rich.table import Table
 
 from offsetbatch.commit import ownership
-from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_all
+from offsetbatch.config import PIPELINES_DIR, PipelineConfig, installed
 from offsetbatch.errors import ConfigError, OffsetbatchError, PipelineError
 from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
 from offsetbatch.ops import report
 from offsetbatch.ops.status import batch_dict, pipeline_status
-from offsetbatch.sinks import sink_for
-from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch.pipeline import Pipeline
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 1, 2, 3, 4
 
@@ -69,22 +68,34 @@ def positive_int(text: str) -> int:
 
 
 def _configs(args) -> dict[str, PipelineConfig]:
-    """The pipelines of ``--pipelines``; a folder that is missing or holds no pipeline is a usage
-    error, not an empty (and successful) answer."""
-    folder = Path(args.pipelines)
-    if not folder.is_dir():
-        raise ConfigError(f"pipelines folder {folder} does not exist (or is not a folder); pass the folder of "
-                          f"pipeline YAML files with --pipelines (default {PIPELINES_DIR})")
-    configs = load_all(folder)
-    if not configs:
-        raise ConfigError(f"pipelines folder {folder} holds no pipeline (no *.yaml / *.yml file); pass the folder "
-                          f"of pipeline YAML files with --pipelines (default {PIPELINES_DIR})")
+    """The installed pipelines (``--pipelines``, else ``OFFSETBATCH_PIPELINES``: what the DAGs and the
+    UI see too), or the one the command names. A source that is missing or holds no pipeline is a
+    usage error, not an empty (and successful) answer; a config file that does not load is one
+    warning on stderr and does not stop commands about the other pipelines."""
+    found = installed.read(args.pipelines)
+    if found.missing:
+        raise ConfigError(found.missing[0])
+    for problem in found.errors:
+        print(f"warning: {_one_line(problem)}", file=sys.stderr)
+    configs = found.configs
+    where = ", ".join(str(s) for s in installed.sources(args.pipelines))
+    if not configs and not found.errors:
+        raise ConfigError(f"pipelines folder {where} holds no pipeline (no *.yaml / *.yml file); pass the folders "
+                          f"or files of pipeline YAML with --pipelines or {installed.ENV}")
     name = getattr(args, "pipeline", None)
     if name:
         if name not in configs:
-            raise NotFound(f"no pipeline '{name}' in {args.pipelines} (have: {', '.join(sorted(configs)) or 'none'})")
+            broken = f"; {len(found.errors)} config file(s) do not load (warned above)" if found.errors else ""
+            raise NotFound(f"no pipeline '{name}' in {where} (have: {', '.join(sorted(configs)) or 'none'}){broken}")
         return {name: configs[name]}
+    if not configs:
+        raise ConfigError(f"no pipeline config in {where} loads: {_one_line(found.errors[0])}")
     return configs
+
+
+def _pipeline(args) -> Pipeline:
+    """The one pipeline the command names."""
+    return Pipeline(_configs(args)[args.pipeline])
 
 
 @contextmanager
@@ -162,13 +173,12 @@ def cmd_ledger_rebuild(args, out: Console) -> int:
     pipeline's ledger (created if missing; refused if it already has batches of the pipeline)."""
     from offsetbatch.commit.rebuild import apply_rebuild, plan_rebuild
 
-    cfg = _configs(args)[args.pipeline]
-    sink = sink_for(cfg.name, cfg.sink)
-    plan = plan_rebuild(cfg.name, sink)
+    pipeline = _pipeline(args)
+    plan = plan_rebuild(pipeline.name, pipeline.sink)
     identity = None
     if args.apply:
-        with Ledger.for_config(cfg, create=True) as ledger:
-            apply_rebuild(ledger, sink, plan, actor=f"cli:{getpass.getuser()}")
+        with pipeline.ledger(create=True) as ledger:
+            apply_rebuild(ledger, pipeline.sink, plan, actor=f"cli:{getpass.getuser()}")
             identity = ledger.identity
     if args.json:
         print(json.dumps({**plan.to_dict(), "applied": args.apply, "ledger_id": identity}, indent=1))
@@ -183,10 +193,11 @@ def cmd_status(args, out: Console) -> int:
     statuses = []
     unreachable = False
     for cfg in _configs(args).values():
+        pipeline = Pipeline(cfg)
         with _ledger(cfg) as ledger:
-            ownership.check(cfg.name, ledger, sink_for(cfg.name, cfg.sink))  # a lost or mistyped ledger is refused
+            ownership.check(cfg.name, ledger, pipeline.sink)  # a lost or mistyped ledger is refused
             try:
-                kafka = KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level)
+                kafka = pipeline.kafka()
             except Exception as exc:  # noqa: BLE001 - show the ledger side anyway
                 kafka, err = None, f"{type(exc).__name__}: {exc}"
             else:
@@ -220,13 +231,14 @@ def cmd_batches(args, out: Console) -> int:
 
 
 def cmd_batch(args, out: Console) -> int:
-    cfg = _configs(args)[args.pipeline]
+    pipeline = _pipeline(args)
+    cfg = pipeline.cfg
     with _ledger(cfg) as ledger:
         try:
             b = batch_dict(ledger.get_batch(cfg.name, args.batch_id))
         except LedgerError as exc:
             raise NotFound(str(exc)) from None
-    b["output"] = sink_for(cfg.name, cfg.sink).locations(b.get("target_batch_id") or args.batch_id)
+    b["output"] = pipeline.sink.locations(b.get("target_batch_id") or args.batch_id)
     if args.json:
         print(json.dumps(b, indent=1, default=str))
         return EXIT_OK
@@ -255,14 +267,14 @@ def cmd_events(args, out: Console) -> int:
 def cmd_reset(args, out: Console) -> int:
     from offsetbatch.plan.request import RunRequest, parse_reset_target
     from offsetbatch.plan.reset import run_reset
-    from offsetbatch.source.admin import KafkaAdmin
 
-    cfg = _configs(args)[args.pipeline]
+    pipeline = _pipeline(args)
+    cfg = pipeline.cfg
     req = RunRequest("reset", reset_to=parse_reset_target(cfg.name, args.to), dry_run=not args.apply,
                      allow_rewind=args.allow_rewind, allow_data_loss=args.allow_data_loss, reason=args.reason,
                      actor=f"cli:{getpass.getuser()}")
-    with _ledger(cfg) as ledger, KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
-        plan = run_reset(cfg, ledger, kafka, req)
+    with _ledger(cfg) as ledger, pipeline.kafka() as kafka:
+        plan = run_reset(pipeline, ledger, kafka, req)
     if args.json:
         print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
     else:
@@ -275,9 +287,9 @@ def cmd_reset(args, out: Console) -> int:
 def cmd_replay(args, out: Console) -> int:
     from offsetbatch.plan.replay import plan_window, replay_targets
     from offsetbatch.plan.request import from_params
-    from offsetbatch.source.admin import KafkaAdmin
 
-    cfg = _configs(args)[args.pipeline]
+    pipeline = _pipeline(args)
+    cfg = pipeline.cfg
     conf = {"mode": "replay"}
     if args.batch:
         conf["batch_ids"] = ",".join(map(str, args.batch))
@@ -288,9 +300,9 @@ def cmd_replay(args, out: Console) -> int:
     req = from_params(cfg.name, conf)
     with _ledger(cfg) as ledger, ledger.reading() as conn:
         if req.batch_ids:
-            targets, history = replay_targets(cfg, ledger, conn, req.batch_ids), []
+            targets, history = replay_targets(pipeline, ledger, conn, req.batch_ids), []
         else:
-            with KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
+            with pipeline.kafka() as kafka:
                 targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
     command = ["airflow", "dags", "trigger", cfg.dag_id, "--conf", json.dumps(conf)]
     summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],
@@ -339,7 +351,9 @@ ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="offsetbatch", description="Operator view of offsetbatch pipelines.",
                                      epilog="exit codes: 0 ok, 1 Kafka/ledger unreachable, 2 bad config or usage, 3 not found")
-    parser.add_argument("--pipelines", default=str(PIPELINES_DIR), help="folder of pipeline YAML files")
+    parser.add_argument("--pipelines", default=None,
+                        help=f"pipeline YAML files and folders of them, ':'-separated (default: ${installed.ENV}, else "
+                             f"{PIPELINES_DIR})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", help="frontier, log end and lag per partition; last batches")

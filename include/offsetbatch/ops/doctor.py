@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import dataclass
 
 from offsetbatch.config import PipelineConfig
+from offsetbatch.pipeline import Pipeline
 
 
 @dataclass
@@ -63,10 +64,9 @@ def _airflow_conn(conn_id: str, conn_type: str) -> str:
     return f"{conn.conn_type} {conn.host}"
 
 
-def _kafka(cfg: PipelineConfig) -> str:
-    from offsetbatch.source.admin import KafkaAdmin
-
-    with KafkaAdmin.for_connection(cfg.kafka.conn_id, cfg.kafka.isolation_level) as kafka:
+def _kafka(pipeline: Pipeline) -> str:
+    cfg = pipeline.cfg
+    with pipeline.kafka() as kafka:
         found = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # DESCRIBE on the topics
         missing = sorted(set(cfg.kafka.topics or []) - {tp.topic for tp in found})
         if missing:
@@ -76,25 +76,24 @@ def _kafka(cfg: PipelineConfig) -> str:
                 f"its group {cfg.group_id}")
 
 
-def _ledger(cfg: PipelineConfig) -> str:
+def _ledger(pipeline: Pipeline) -> str:
     from offsetbatch.commit import ownership
     from offsetbatch.ledger import Ledger, LedgerMissingError
     from offsetbatch.ledger.schema import LATEST
-    from offsetbatch.sinks import sink_for
 
-    sink = sink_for(cfg.name, cfg.sink)
+    cfg, sink = pipeline.cfg, pipeline.sink
     if ownership.creates_ledger(sink):  # a new pipeline: its first run creates the ledger if it is missing
         try:
-            ledger = Ledger.for_config(cfg)
+            ledger = pipeline.ledger()
         except LedgerMissingError:
             return f"no ledger yet at {Ledger.url_for(cfg)}; the first run creates it (nothing published yet)"
     else:
-        ledger = Ledger.for_config(cfg)
+        ledger = pipeline.ledger()
     with ledger:
         ownership.check(cfg.name, ledger, sink)
         rows = ledger.frontier_rows(cfg.name)
         return (f"{ledger.engine.url.render_as_string(hide_password=True)} (ledger {ledger.identity}, schema "
-                f"v{LATEST}, {len(rows)} partition(s) tracked; owns {cfg.sink.path})")
+                f"v{LATEST}, {len(rows)} partition(s) tracked; owns the {sink.target})")
 
 
 def _transform(cfg: PipelineConfig) -> str:
@@ -133,13 +132,14 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
                            'define it, e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type":"kafka","extra":'
                            '{"bootstrap.servers":"127.0.0.1:9092"}}\' (scripts/env.sh does)'))
     for cfg in configs.values():
+        pipeline = Pipeline(cfg)
         checks.append(_run(f"{cfg.name}: schema, transform, schedule", lambda c=cfg: _transform(c),
                            f"fix value.schema / transform / airflow.schedule in {cfg.source_file}; for "
                            f"transform.python, install the module where Airflow and Spark run"))
-        checks.append(_run(f"{cfg.name}: kafka", lambda c=cfg: _kafka(c),
+        checks.append(_run(f"{cfg.name}: kafka", lambda p=pipeline: _kafka(p),
                            "start the broker ('offsetbatch-stack kafka start' locally) or fix the connection; "
                            f"create missing topics or fix kafka.topics in {cfg.source_file}"))
-        checks.append(_run(f"{cfg.name}: ledger", lambda c=cfg: _ledger(c),
+        checks.append(_run(f"{cfg.name}: ledger", lambda p=pipeline: _ledger(p),
                            f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
                            f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
                            f"{cfg.name}'"))

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from offsetbatch.config import PipelineConfig
-from offsetbatch.ledger import Ledger, queries
+from offsetbatch.ledger import Ledger
+from offsetbatch.ledger.rows import data_loss
 from offsetbatch.model import Batch, TopicPartition
 from offsetbatch.source.admin import KafkaAdmin
 
@@ -89,4 +90,4 @@ def data_lost(ledger: Ledger, pipeline: str, hours: int = 24) -> tuple[int, int]
     where they look first, not only in the audit log."""
     since = datetime.now(timezone.utc) - timedelta(hours=hours)
     with ledger.reading() as conn:
-        return queries.data_loss(conn, pipeline, since)
+        return data_loss(conn, pipeline, since)

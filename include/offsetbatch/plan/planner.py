@@ -18,6 +18,7 @@ from typing import Literal
 from offsetbatch.config import Caps, PipelineConfig
 from offsetbatch.errors import DataLossError, TopicNotFoundError
 from offsetbatch.ledger import Ledger
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 from offsetbatch.plan.replay import plan_window, replay_targets
 from offsetbatch.plan.request import RunRequest
@@ -144,12 +145,13 @@ def _start_offsets(cfg: PipelineConfig, kafka: KafkaAdmin, new: set[TopicPartiti
     return kafka.offsets_for_time(new, cfg.start_timestamp_ms)
 
 
-def plan_for_run(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaAdmin, run: RunInfo, output_path: str) -> PlanResult:
+def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
     """Decide this run's batch. Idempotent per Airflow run; serialized per pipeline by the ledger lock."""
-    name = cfg.name
+    cfg = pipeline.cfg
+    name, output_path = cfg.name, cfg.sink.path
     with ledger.lock(name) as conn:
         if run.request.mode in ("backfill", "replay"):
-            return _plan_history(cfg, ledger, conn, kafka, run, output_path)
+            return _plan_history(pipeline, ledger, conn, kafka, run)
         own = ledger.batch_for_run(conn, name, run.run_id)
         if own is not None:
             outcome = "committed" if own.status == "committed" else "same_run"
@@ -228,17 +230,17 @@ def _reread_superseded(ledger: Ledger, conn, run: RunInfo, old: Batch, output_pa
     return PlanResult("new", [batch])
 
 
-def _plan_history(cfg: PipelineConfig, ledger: Ledger, conn, kafka: KafkaAdmin, run: RunInfo,
-                  output_path: str) -> PlanResult:
+def _plan_history(pipeline: Pipeline, ledger: Ledger, conn, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
     """A backfill or replay run: replay batches for recorded history, backfill batches for the rest."""
-    name, req = cfg.name, run.request
+    cfg, req = pipeline.cfg, run.request
+    name, output_path = cfg.name, cfg.sink.path
     own = ledger.planned_for_run(conn, name, run.run_id)
     if own:
         log.info("pipeline %s: run %s already planned batch(es) %s; re-executing them unchanged", name, run.run_id,
                  ", ".join(str(b.batch_id) for b in own))
         return PlanResult("same_run", own)
     if req.batch_ids:
-        targets, history, interval = replay_targets(cfg, ledger, conn, req.batch_ids), [], (None, None)
+        targets, history, interval = replay_targets(pipeline, ledger, conn, req.batch_ids), [], (None, None)
     else:
         targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
         interval = req.window

@@ -22,8 +22,8 @@ import sqlalchemy as sa
 from offsetbatch.config import Caps, PipelineConfig
 from offsetbatch.errors import BackfillRefusedError, DataLossError, RunRequestError
 from offsetbatch.ledger import Ledger
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Batch, OffsetRange, TopicPartition
-from offsetbatch.sinks import sink_for
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.partitions import check_vanished
 
@@ -118,8 +118,9 @@ def plan_window(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka:
     return [found[i] for i in sorted(found)], pack(history, cfg.caps)
 
 
-def replay_targets(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, batch_ids: tuple[int, ...]) -> list[Batch]:
+def replay_targets(pipeline: Pipeline, ledger: Ledger, conn: sa.Connection, batch_ids: tuple[int, ...]) -> list[Batch]:
     """The committed batches a ``batch_ids`` replay re-executes (a replay's id means its target)."""
+    cfg = pipeline.cfg
     found = ledger.batches_by_id(conn, cfg.name, list(batch_ids))
     missing = [i for i in batch_ids if i not in found]
     if missing:
@@ -137,5 +138,5 @@ def replay_targets(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, bat
             raise RunRequestError(f"pipeline {cfg.name}: batch {b.batch_id} is {b.status} and cannot be replayed: "
                                f"{hint}. Nothing was changed.")
         targets[b.batch_id] = b
-    sink_for(cfg.name, cfg.sink).check_reread(sorted(targets), "a replay")
+    pipeline.sink.check_reread(sorted(targets), "a replay")
     return [targets[i] for i in sorted(targets)]

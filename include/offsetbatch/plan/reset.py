@@ -25,14 +25,14 @@ from dataclasses import asdict, dataclass, field
 
 import sqlalchemy as sa
 
-from offsetbatch.commit.protocol import publish_progress
 from offsetbatch.config import PipelineConfig
 from offsetbatch.errors import RunRequestError
 from offsetbatch.ledger import Ledger
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Gap, TopicPartition
 from offsetbatch.plan.request import MAX_RESET_SKIP, ResetTarget, RunRequest, check_reason
-from offsetbatch.sinks import sink_for
 from offsetbatch.source.admin import KafkaAdmin
+from offsetbatch.source.progress import publish_progress
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,10 @@ def _requested(cfg: PipelineConfig, kafka: KafkaAdmin, target: ResetTarget,
     return dict(target.offsets)
 
 
-def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: KafkaAdmin,
+def plan_reset(pipeline: Pipeline, ledger: Ledger, conn: sa.Connection, kafka: KafkaAdmin,
                target: ResetTarget, allow_rewind: bool) -> ResetPlan:
     """Validate ``target`` and work out every change; raises ``RunRequestError`` naming the bad value."""
+    cfg = pipeline.cfg
     name = cfg.name
     present = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
     if not present:
@@ -160,7 +161,7 @@ def plan_reset(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: 
             f"to supersede them: their output is replaced when the offsets are read again. Nothing was changed."
         )
     if superseded:
-        sink_for(name, cfg.sink).check_reread(sorted(superseded), "a rewind")
+        pipeline.sink.check_reread(sorted(superseded), "a rewind")
     plan = ResetPlan(name, target.describe(), superseded=sorted(superseded))
     for tp, to in sorted(positions.items()):
         frontier = bounds[tp][1] if tp in bounds else None
@@ -228,19 +229,20 @@ def apply_reset(ledger: Ledger, conn: sa.Connection, plan: ResetPlan, actor: str
     log.warning("%s (applied by %s: %s)", plan.describe(), actor or "unknown", reason or "no reason given")
 
 
-def run_reset(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest) -> ResetPlan:
+def run_reset(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest) -> ResetPlan:
     """A reset request end to end: a dry run reads only; otherwise plan and apply under the
     pipeline lock, then publish the new frontier to the consumer group."""
+    cfg = pipeline.cfg
     check_reason(cfg.name, request.reason)
     if request.dry_run:
         with ledger.reading() as conn:
-            plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+            plan = plan_reset(pipeline, ledger, conn, kafka, request.reset_to, request.allow_rewind)
         log.info("DRY RUN (nothing changed; set dry_run false / --apply to apply): %s", plan.describe())
         if (refusal := data_loss_refusal(plan, request.reset_to)) and not request.allow_data_loss:
             log.warning("DRY RUN: applying this reset would be refused: %s", refusal)
         return plan
     with ledger.lock(cfg.name) as conn:
-        plan = plan_reset(cfg, ledger, conn, kafka, request.reset_to, request.allow_rewind)
+        plan = plan_reset(pipeline, ledger, conn, kafka, request.reset_to, request.allow_rewind)
         check_data_loss(plan, request.reset_to, request.allow_data_loss)
         apply_reset(ledger, conn, plan, request.actor, request.reason)
     publish_progress(cfg, ledger, kafka)

@@ -1,7 +1,8 @@
 """Output destinations. A sink is chosen by ``sink.type`` in the pipeline YAML (default ``files``).
 
-Adding a sink: one module (or a package, like ``postgres``) defining a ``Sink`` subclass (and its ``Settings`` if it has fields of
-its own), one line in ``SINKS`` below, and its tests. ``offsetbatch.sinks.base`` explains the two
+Adding a sink: one module (or a package, like ``postgres``) defining a ``Sink`` subclass with one
+publication trait (and its ``Settings`` if it has fields of its own), one line in ``SINKS`` below,
+and its tests. ``offsetbatch.sinks.base`` explains the two
 halves a sink implements.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from offsetbatch.sinks.base import Sink, SinkSettings, StagedOutput
+from offsetbatch.sinks.base import (KeepsManifests, PublishesAfterLedgerCommit, PublishesInLedgerTransaction, Sink,
+                                    SinkSettings, StagedOutput)
 from offsetbatch.sinks.files import FilesSink
 from offsetbatch.sinks.iceberg import IcebergSink
 from offsetbatch.sinks.kafka import KafkaSink
@@ -43,4 +45,5 @@ def sink_for(pipeline: str, settings: SinkSettings | dict) -> Sink:
     return SINKS[settings.type](pipeline, settings)
 
 
-__all__ = ["SINKS", "Sink", "SinkSettings", "StagedOutput", "StagingLayout", "settings_for", "sink_for"]
+__all__ = ["SINKS", "KeepsManifests", "PublishesAfterLedgerCommit", "PublishesInLedgerTransaction", "Sink", "SinkSettings",
+           "StagedOutput", "StagingLayout", "settings_for", "sink_for"]

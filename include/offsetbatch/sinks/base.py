@@ -1,32 +1,36 @@
-"""The sink seam: the two halves every output destination implements.
+"""The sink seam: what every output destination implements, and the small traits that say how it
+publishes.
 
 * The **job half** runs in the Spark driver: ``stage`` writes one attempt's valid and rejected rows
   to the staging area (``StagingLayout``), keyed by the batch's own id and the attempt, and returns
   what the manifest records about them. The default writes Parquet, which every sink so far
   publishes from.
-* The **commit half** runs in the commit task under the pipeline's ledger lock, after the ledger
-  transaction that committed the batch: ``publish`` makes exactly one attempt's output visible
-  under the batch's output id, replacing whatever that output id held (a replay's output id is
-  its target's), and removes that batch's staging; ``retire`` removes a superseded batch's
-  output; ``discard`` drops an attempt that lost; ``is_published`` says whether an attempt's output
-  is what the target holds. Every one of them is idempotent, because a crash anywhere is finished
-  by running it again. Staging is keyed by the batch, not the output id, so two replays of one
-  batch never touch each other's staging.
-* A sink whose target is a table in the **ledger's own database** publishes **inside** the ledger
-  transaction instead (``publishes_in_ledger_transaction = True``): ``commit`` calls
-  ``publish_in_transaction(conn, ...)`` (and ``retire_in_transaction`` for superseded batches) with
-  the ledger's connection, under the pipeline lock, after the batch row and frontier CAS and
-  before ``COMMIT``, then marks the batch published in that same transaction. Rows and offsets then
-  commit together or not at all; there is nothing to roll forward. ``cleanup`` removes the batch's
-  staging after the transaction. The ``postgres`` sink is the one such sink; ``files`` keeps the
-  publish-after-transaction order above.
+* The **commit half** is chosen by one trait, and ``offsetbatch.commit.publication`` runs it
+  without asking which sink it is:
+
+  - ``PublishesAfterLedgerCommit`` (files, iceberg, kafka): ``publish`` makes exactly one attempt's
+    output visible under the batch's output id after the ledger transaction, replacing what that
+    output id held (a replay's output id is its target's), marked in the target itself (a published
+    manifest, a snapshot summary, a marker in the Kafka transaction) so a crash is rolled forward;
+    ``retire`` removes a superseded batch's output; ``is_published`` reads the marker.
+  - ``PublishesInLedgerTransaction`` (postgres, a table in the ledger's own database):
+    ``publish_in_transaction`` and ``retire_in_transaction`` run on the ledger's connection, inside
+    the transaction that commits the batch, so rows and offsets commit together or not at all.
+
+  Every sink also has ``check_publishable`` (before the ledger transaction), ``discard`` (a losing
+  attempt), ``cleanup`` (a batch's staging), its owner marker and ``published_ids``. Every one of
+  them is idempotent, because a crash anywhere is finished by running it again. Staging is keyed by
+  the batch, not the output id, so two replays of one batch never touch each other's staging.
+* ``KeepsManifests``: a sink whose target holds each published batch's manifest (files, iceberg),
+  so ``offsetbatch ledger rebuild`` can rebuild a lost ledger from it.
 * The **read path**: ``read_committed`` / ``read_rejected``, what readers are told to use; they
-  never show output of a batch the ledger has not committed.
+  never show output of a batch the ledger has not committed. ``asset_uri``: the target as Airflow
+  names it, the DAG's outlet.
 
 A sink module defines a ``Settings`` model (the pipeline YAML's ``sink:`` mapping, validated like
-every other field) and a ``Sink`` subclass, and registers both with one line in
-``offsetbatch.sinks.SINKS``. Nothing here imports pyspark at module level: configs are loaded at
-DAG parse time.
+every other field) and a ``Sink`` subclass with one publication trait, and registers both with one
+line in ``offsetbatch.sinks.SINKS``. Nothing here imports pyspark at module level: configs are
+loaded at DAG parse time.
 """
 
 from __future__ import annotations
@@ -92,16 +96,32 @@ class StagedOutput:
 
 
 class Sink(ABC):
-    """One pipeline's output destination. Subclasses set ``type`` and ``Settings``."""
+    """One pipeline's output destination. Subclasses set ``type`` and ``Settings`` and mix in one
+    publication trait."""
 
     type: ClassVar[str]
     Settings: ClassVar[type[SinkSettings]] = SinkSettings
-    publishes_in_ledger_transaction: ClassVar[bool] = False
 
     def __init__(self, pipeline: str, settings: SinkSettings):
         self.pipeline = pipeline
         self.settings = settings
         self.staging = StagingLayout(settings.path)
+
+    # ---- names -------------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def target(self) -> str:
+        """What readers read, as messages name it: ``table /data/events``, ``Iceberg table ns.t``."""
+
+    def where(self, batch_id: int | None = None) -> str:
+        """The prefix of every message about this sink: pipeline, batch, target."""
+        return f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "") + f", {self.target}"
+
+    @abstractmethod
+    def asset_uri(self) -> str:
+        """The target as an Airflow asset URI (the DAG's outlet): where downstream DAGs look for it,
+        never the staging area."""
 
     # ---- job half (Spark driver) ------------------------------------------------------------
 
@@ -146,39 +166,8 @@ class Sink(ABC):
         attempt that ``publish`` could never publish, while the batch is still planned. After the
         transaction such a batch would stay committed and unpublished for good."""
 
-    @abstractmethod
-    def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
-                kind: str = "") -> None:
-        """Make batch ``batch_id``'s staged ``attempt`` the published output of ``output_id``,
-        replacing what was there, and remove the batch's staging. Idempotent; a crash part-way is
-        finished by calling it again. ``superseded``: output ids the batch re-read (a rewind); a
-        sink with atomic snapshots removes them in the same one (``retire`` is called afterwards
-        either way). ``kind``: the batch's kind, for sinks that record it."""
-
-    @abstractmethod
-    def retire(self, output_id: int) -> None:
-        """Remove the published output of a superseded batch (another batch re-read its offsets)."""
-
-    @abstractmethod
-    def is_published(self, output_id: int, attempt: str) -> bool:
-        """Whether the target holds exactly ``attempt``'s output for ``output_id``."""
-
-    # ---- commit half inside the ledger transaction (sinks in the ledger's database) -----------
-
-    def publish_in_transaction(self, conn: "sa.Connection", batch_id: int, output_id: int, attempt: str,
-                               ledger_id: str) -> None:
-        """``publishes_in_ledger_transaction`` sinks: make ``attempt`` the output of ``output_id``
-        using ``conn``, the ledger's connection, inside the transaction that commits the batch (it
-        also records ``ledger_id`` as the owner on first use). Raising rolls everything back."""
-        raise NotImplementedError(f"sink {self.type} publishes after the ledger transaction (publish)")
-
-    def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
-        """Remove a superseded batch's output inside the ledger transaction (before the new
-        batch's output is loaded: both hold the same records)."""
-        raise NotImplementedError(f"sink {self.type} retires after the ledger transaction (retire)")
-
     def cleanup(self, batch_id: int) -> None:
-        """After a transaction that published ``batch_id`` inside it: remove its staging."""
+        """Remove a published batch's staging (every attempt of it)."""
         storage.remove(self.staging.staging(batch_id))
 
     def discard(self, batch_id: int, attempt: str) -> None:
@@ -200,13 +189,9 @@ class Sink(ABC):
         storage.write_json(self.staging.owner, {"ledger_id": ledger_id, "pipeline": self.pipeline,
                                                 "claimed_at": datetime.now(timezone.utc).isoformat()})
 
-    def published_manifests(self) -> dict[int, "Manifest"]:
-        """The manifest of each published output id (what ``offsetbatch ledger rebuild`` reads)."""
-        raise NotImplementedError(f"sink {self.type} cannot list its published manifests")
-
     def describe(self, output_id: int) -> str:
         """Where ``output_id``'s output is, for log lines."""
-        return self.settings.path
+        return self.target
 
     def locations(self, output_id: int) -> dict[str, str]:
         """Where ``output_id``'s output and its marker are, for ``offsetbatch batch`` and the UI."""
@@ -226,3 +211,51 @@ class Sink(ABC):
     @abstractmethod
     def read_rejected(self, spark: "SparkSession") -> "DataFrame":
         """Malformed records of committed batches, with their Kafka coordinates and the error."""
+
+
+class PublishesAfterLedgerCommit(ABC):
+    """Trait of a sink that publishes after the ledger transaction, under the pipeline lock, with a
+    marker in the target itself; a crash between the two is rolled forward by publishing again."""
+
+    @abstractmethod
+    def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
+                kind: str = "") -> None:
+        """Make batch ``batch_id``'s staged ``attempt`` the published output of ``output_id``,
+        replacing what was there, and remove the batch's staging. Idempotent; a crash part-way is
+        finished by calling it again. ``superseded``: output ids the batch re-read (a rewind); a
+        sink with atomic snapshots removes them in the same one (``retire`` is called afterwards
+        either way). ``kind``: the batch's kind, for sinks that record it."""
+
+    @abstractmethod
+    def retire(self, output_id: int) -> None:
+        """Remove the published output of a superseded batch (another batch re-read its offsets)."""
+
+    @abstractmethod
+    def is_published(self, output_id: int, attempt: str) -> bool:
+        """Whether the target's marker says it holds exactly ``attempt``'s output for ``output_id``."""
+
+
+class PublishesInLedgerTransaction(ABC):
+    """Trait of a sink whose target lives in the ledger's own database: it publishes on the ledger's
+    connection inside the transaction that commits the batch; there is nothing to roll forward."""
+
+    @abstractmethod
+    def publish_in_transaction(self, conn: "sa.Connection", batch_id: int, output_id: int, attempt: str,
+                               ledger_id: str) -> None:
+        """Make ``attempt`` the output of ``output_id`` using ``conn``, the ledger's connection,
+        inside the transaction that commits the batch (it also records ``ledger_id`` as the owner on
+        first use). Raising rolls everything back."""
+
+    @abstractmethod
+    def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
+        """Remove a superseded batch's output inside the ledger transaction (before the new batch's
+        output is loaded: both hold the same records)."""
+
+
+class KeepsManifests(ABC):
+    """Trait of a sink whose target keeps each published batch's manifest (or its equivalent), so
+    a lost ledger can be rebuilt from the target alone (``offsetbatch ledger rebuild``)."""
+
+    @abstractmethod
+    def published_manifests(self) -> dict[int, "Manifest"]:
+        """The manifest of each published output id."""

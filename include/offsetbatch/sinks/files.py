@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch import storage
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import Sink, SinkSettings
+from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, Sink, SinkSettings
+from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
@@ -32,23 +33,26 @@ class TableLayout(StagingLayout):
     def data(self, output_id: int) -> str:
         return f"{self.root}/batch_id={output_id}"
 
-    def rejected_root(self) -> str:
-        return f"{self.root}/_rejected"
-
-    def rejected(self, output_id: int) -> str:
-        return f"{self.rejected_root()}/batch_id={output_id}"
-
     def manifest(self, output_id: int) -> str:
         return f"{self.meta}/manifests/batch_id={output_id}.json"
 
 
-class FilesSink(Sink):
+class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     type = "files"
     Settings = SinkSettings
 
     def __init__(self, pipeline: str, settings: SinkSettings):
         super().__init__(pipeline, settings)
         self.layout = self.staging = TableLayout(settings.path)
+        self.rejected = RejectedFolders(settings.path)
+
+    @property
+    def target(self) -> str:
+        return f"table {self.settings.path}"
+
+    def asset_uri(self) -> str:
+        """``file:///table`` for a local table, the table's own URI otherwise (``s3://…``)."""
+        return self.settings.path if "://" in self.settings.path else f"file://{self.settings.path}"
 
     @classmethod
     def at(cls, table: str, pipeline: str = "") -> "FilesSink":
@@ -63,7 +67,7 @@ class FilesSink(Sink):
         layout = self.layout
         moves = [
             (layout.staging_data(batch_id, attempt), layout.data(output_id)),
-            (layout.staging_rejected(batch_id, attempt), layout.rejected(output_id)),
+            (layout.staging_rejected(batch_id, attempt), self.rejected.of(output_id)),
             (layout.staging_manifest(batch_id, attempt), layout.manifest(output_id)),
         ]
         stamp = f"batch_id={output_id}-{time.time_ns()}"
@@ -77,7 +81,7 @@ class FilesSink(Sink):
         storage.remove(f"{layout.meta}/trash")
 
     def retire(self, output_id: int) -> None:
-        for path in (self.layout.data(output_id), self.layout.rejected(output_id), self.layout.manifest(output_id)):
+        for path in (self.layout.data(output_id), self.rejected.of(output_id), self.layout.manifest(output_id)):
             storage.remove(path)
 
     def published_ids(self) -> list[int]:
@@ -102,7 +106,7 @@ class FilesSink(Sink):
         return self.layout.data(output_id)
 
     def locations(self, output_id: int) -> dict[str, str]:
-        return {"data": self.layout.data(output_id), "rejected": self.layout.rejected(output_id),
+        return {"data": self.layout.data(output_id), "rejected": self.rejected.of(output_id),
                 "manifest": self.layout.manifest(output_id)}
 
     def read_committed(self, spark: "SparkSession") -> "DataFrame":
@@ -111,4 +115,4 @@ class FilesSink(Sink):
 
     def read_rejected(self, spark: "SparkSession") -> "DataFrame":
         """kafka_topic/partition/offset/timestamp/key, raw_value, error, batch_id."""
-        return spark.read.parquet(self.layout.rejected_root())
+        return spark.read.parquet(self.rejected.base)

@@ -14,6 +14,7 @@ import pyarrow.dataset as ds
 
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange
+from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.files import TableLayout
 
 
@@ -37,7 +38,7 @@ def output_batches(table: str) -> Counter:
 
 
 def rejected_offsets(table: str) -> list[tuple[int, int]]:
-    t = _read(TableLayout(table).rejected_root(), ["kafka_partition", "kafka_offset"])
+    t = _read(RejectedFolders(table).base, ["kafka_partition", "kafka_offset"])
     if t is None:
         return []
     return list(zip(t.column("kafka_partition").to_pylist(), t.column("kafka_offset").to_pylist()))

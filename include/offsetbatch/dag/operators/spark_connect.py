@@ -44,9 +44,9 @@ class BatchSparkConnectOperator(BaseOperator):
         from offsetbatch.job.run import run_batches
         from offsetbatch.jobspec import JobSpec
 
-        cfg, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
+        pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         url = SparkConnectHook(self.conn_id).get_connection_url()
-        with failure_explained(cfg, submission, self.log):
+        with failure_explained(pipeline, submission, self.log):
             spark = SparkSession.builder.remote(url).create()  # a session of its own: temp views, conf
             try:
                 for key, value in self.conf.items():
@@ -54,7 +54,7 @@ class BatchSparkConnectOperator(BaseOperator):
                         spark.conf.set(key, value)
                     else:
                         self.log.warning("pipeline %s: spark.conf %s applies when a Spark driver starts, not to a "
-                                         "Spark Connect session: set it on the server", cfg.name, key)
+                                         "Spark Connect session: set it on the server", pipeline.name, key)
                 run_batches(spark, [JobSpec.load(u) for u in submission.spec_uris], submission.attempt, secrets)
             finally:
                 spark.stop()  # the session, not the server

@@ -8,32 +8,31 @@ import logging
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from offsetbatch.config import PipelineConfig
 from offsetbatch.dag.tasks import SparkSubmission
+from offsetbatch.pipeline import Pipeline
 
 
-def prepare(config_path: str, context: Any, plan_task_id: str) -> tuple[PipelineConfig, dict[str, str], SparkSubmission]:
-    """The config, the Kafka secrets and the submission; ``AirflowSkipException`` when there is
+def prepare(config_path: str, context: Any, plan_task_id: str) -> tuple[Pipeline, dict[str, str], SparkSubmission]:
+    """The pipeline, the Kafka secrets and the submission; ``AirflowSkipException`` when there is
     nothing to run. A bad config or Kafka connection fails every attempt alike (no retry)."""
     from airflow.exceptions import AirflowSkipException
 
-    from offsetbatch.config import load_config
     from offsetbatch.dag.retry_policy import fail_without_retry
     from offsetbatch.dag.tasks import NothingToRun, spark_job_secrets, spark_submission
 
     with fail_without_retry():
-        cfg = load_config(config_path)
-        secrets = spark_job_secrets(cfg)  # before the ledger counts an attempt
+        pipeline = Pipeline.load(config_path)
+        secrets = spark_job_secrets(pipeline)  # before the ledger counts an attempt
         try:
-            submission = spark_submission(cfg, context["ti"].xcom_pull(task_ids=plan_task_id),
+            submission = spark_submission(pipeline, context["ti"].xcom_pull(task_ids=plan_task_id),
                                           context["ti"].try_number)
         except NothingToRun as nothing:
             raise AirflowSkipException(str(nothing)) from None
-    return cfg, secrets, submission
+    return pipeline, secrets, submission
 
 
 @contextmanager
-def failure_explained(cfg: PipelineConfig, submission: SparkSubmission, log: logging.Logger) -> Iterator[None]:
+def failure_explained(pipeline: Pipeline, submission: SparkSubmission, log: logging.Logger) -> Iterator[None]:
     """Around the Spark work: an attempt that lost to another run's commit is skipped, a real
     failure logs its one line and propagates (Airflow retries it)."""
     from airflow.exceptions import AirflowSkipException
@@ -43,8 +42,8 @@ def failure_explained(cfg: PipelineConfig, submission: SparkSubmission, log: log
     try:
         yield
     except Exception as exc:
-        reason = spark_redundant(cfg, submission)
+        reason = spark_redundant(pipeline, submission)
         if reason:
             raise AirflowSkipException(reason) from None
-        log.error(spark_failure(cfg, submission, exc))
+        log.error(spark_failure(pipeline, submission, exc))
         raise

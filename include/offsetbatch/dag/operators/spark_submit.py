@@ -41,13 +41,13 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare
         from offsetbatch.source.connection import SECRETS_ARG, remove_secrets_file, write_secrets_file
 
-        cfg, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
+        pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         if not self.jars:
             self.jars = ",".join(spark_connector_jars())
         self.name = submission.name
         secrets_file = None
         try:
-            with failure_explained(cfg, submission, self.log):
+            with failure_explained(pipeline, submission, self.log):
                 secrets_file = write_secrets_file(secrets) if secrets else None
                 self.application_args = submission.application_args + (
                     [SECRETS_ARG, str(secrets_file)] if secrets_file else [])

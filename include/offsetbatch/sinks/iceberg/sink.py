@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.iceberg import markers, schema
 from offsetbatch.sinks.iceberg.catalog import open_catalog, warehouse_uri
 from offsetbatch.sinks.iceberg.settings import IcebergSettings
@@ -32,7 +32,7 @@ AFTER_COMMIT = "commit.after_iceberg_commit"
 FOOTER_THREADS = 8  # Parquet footers read at once when registering a batch's files
 
 
-class IcebergSink(Sink):
+class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     type = "iceberg"
     Settings = IcebergSettings
 
@@ -44,9 +44,13 @@ class IcebergSink(Sink):
     def table_name(self) -> str:
         return ".".join(self.settings.identifier)
 
-    def _where(self, batch_id: int | None = None) -> str:
-        return (f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "")
-                + f", Iceberg table {self.table_name}")
+    @property
+    def target(self) -> str:
+        return f"Iceberg table {self.table_name}"
+
+    def asset_uri(self) -> str:
+        """``iceberg://catalog/namespace/table``: the table's identifier in its catalog."""
+        return f"iceberg://{self.settings.catalog_name}/{self.settings.namespace}/{self.settings.table}"
 
     # ---- job half --------------------------------------------------------------------------
 
@@ -58,13 +62,13 @@ class IcebergSink(Sink):
         from pyspark.sql import functions as F
 
         if schema.BATCH_ID in data.columns:
-            raise SinkSchemaError(f"{self._where(batch_id)}: the transform's output has a column 'batch_id', which "
+            raise SinkSchemaError(f"{self.where(batch_id)}: the transform's output has a column 'batch_id', which "
                                   f"the iceberg sink fills itself with the batch id. Rename it in the transform. "
                                   f"Nothing was committed.")
         out_id = batch_id if output_id is None else output_id
         spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         data = data.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
-        data, hidden = schema.stage_partitions(data, self.settings.partitions, self._where(batch_id))
+        data, hidden = schema.stage_partitions(data, self.settings.partitions, self.where(batch_id))
         return self.write_staged(spark, data, lambda: rejected().withColumn(schema.BATCH_ID, F.lit(out_id).cast("long")),
                                  batch_id, attempt, hidden)
 
@@ -91,7 +95,7 @@ class IcebergSink(Sink):
         tables are done."""
         manifest_uri = self.staging.staging_manifest(batch_id, attempt)
         if not storage.exists(manifest_uri):
-            log.info("%s: already published (its staging is gone)", self._where(batch_id))
+            log.info("%s: already published (its staging is gone)", self.where(batch_id))
             return
         manifest = Manifest.load(manifest_uri)
         retired = sorted(set(superseded) - {output_id})
@@ -251,7 +255,7 @@ class IcebergSink(Sink):
         with open_catalog(self.settings, self.pipeline) as catalog:
             table = _load(catalog, ident)
             if table is None:
-                raise SinkError(f"{self._where()}: {'.'.join(ident)} does not exist yet (no batch published)")
+                raise SinkError(f"{self.where()}: {'.'.join(ident)} does not exist yet (no batch published)")
             struct = from_arrow_schema(schema_to_pyarrow(table.schema(), include_field_ids=False))
             paths = [t.file.file_path for t in table.scan().plan_files()]
         if not paths:

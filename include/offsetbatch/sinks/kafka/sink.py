@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Sequence
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
-from offsetbatch.sinks.files import TableLayout
+from offsetbatch.sinks.base import PublishesAfterLedgerCommit, RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.kafka.settings import KafkaSinkSettings
 
 if TYPE_CHECKING:
@@ -31,14 +31,14 @@ AFTER_COMMIT = "commit.after_kafka_commit"
 MARKER_PARTITION = 0
 
 
-class KafkaSink(Sink):
+class KafkaSink(PublishesAfterLedgerCommit, Sink):
     type = "kafka"
     Settings = KafkaSinkSettings
 
     def __init__(self, pipeline: str, settings: KafkaSinkSettings):
         super().__init__(pipeline, settings)
         self.settings: KafkaSinkSettings = settings
-        self.layout = self.staging = TableLayout(settings.path)  # rejected records: <path>/_rejected/batch_id=N
+        self.rejected = RejectedFolders(settings.path)  # without a dead-letter topic
         self.timings: dict[str, float] = {}  # the last publish's seconds per step (log line, benchmark)
 
     @property
@@ -52,9 +52,15 @@ class KafkaSink(Sink):
         each publish's transaction, names the last batch published (nobody consumes with it)."""
         return f"offsetbatch.{self.pipeline}.published"
 
-    def _where(self, batch_id: int | None = None) -> str:
-        return (f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "")
-                + f", topic {self.settings.topic}")
+    @property
+    def target(self) -> str:
+        return f"topic {self.settings.topic}"
+
+    def asset_uri(self) -> str:
+        """``kafka://<first bootstrap server>/<topic>``, the Kafka provider's asset URI."""
+        from offsetbatch.sinks.uris import kafka_topic_uri
+
+        return kafka_topic_uri(self.settings.conn_id, self.settings.topic)
 
     # ---- job half --------------------------------------------------------------------------
 
@@ -68,7 +74,7 @@ class KafkaSink(Sink):
         cols = data.columns
         missing = [c for c in (*RECORD_COLUMNS, *self.settings.key, *self.settings.value) if c not in cols]
         if missing:
-            raise SinkError(f"{self._where(batch_id)}: the transform's output lacks {', '.join(missing)}; the kafka "
+            raise SinkError(f"{self.where(batch_id)}: the transform's output lacks {', '.join(missing)}; the kafka "
                             f"sink needs kafka_topic, kafka_partition and kafka_offset (the headers and the order of "
                             f"publication) and the sink's key/value columns. Fix the transform's SELECT list or "
                             f"sink.key/sink.value. Nothing was committed; the batch stays planned.")
@@ -91,7 +97,7 @@ class KafkaSink(Sink):
             from offsetbatch.errors import RunRequestError
 
             raise RunRequestError(
-                f"{self._where()}: {what} would re-read batch(es) {', '.join(map(str, batch_ids))}, and a Kafka topic "
+                f"{self.where()}: {what} would re-read batch(es) {', '.join(map(str, batch_ids))}, and a Kafka topic "
                 f"is append-only: their records would be in {self.settings.topic} twice. Nothing was changed. If the "
                 f"topic's consumers can tell a republished record apart (header offsetbatch.republish-of), set "
                 f"sink.republish: true and trigger it again.")
@@ -102,7 +108,7 @@ class KafkaSink(Sink):
             from offsetbatch.errors import SinkSchemaError
 
             raise SinkSchemaError(
-                f"{self._where(batch_id)}: this batch re-reads batch {output_id}'s offsets and sink.republish is "
+                f"{self.where(batch_id)}: this batch re-reads batch {output_id}'s offsets and sink.republish is "
                 f"false: its records would be in the topic twice. Nothing was committed. Set sink.republish: true, "
                 f"or leave the batch planned.")
 
@@ -115,7 +121,7 @@ class KafkaSink(Sink):
         published again."""
         manifest_uri = self.staging.staging_manifest(batch_id, attempt)
         if not storage.exists(manifest_uri):
-            log.info("%s: already published (its staging is gone)", self._where(batch_id))
+            log.info("%s: already published (its staging is gone)", self.where(batch_id))
             return
         manifest = Manifest.load(manifest_uri)
         from kafka.structs import OffsetAndMetadata, TopicPartition
@@ -127,7 +133,7 @@ class KafkaSink(Sink):
             marker = self.last_published()
             if marker is not None and marker["batch_id"] == batch_id:
                 log.info("%s: already in the topic (marker of group %s names it); not published again",
-                         self._where(batch_id), self.marker_group)
+                         self.where(batch_id), self.marker_group)
             else:
                 producer.begin_transaction()
                 sent = self._send(producer, manifest.data_files, batch_id, output_id, republish=output_id != batch_id
@@ -147,7 +153,7 @@ class KafkaSink(Sink):
                 seconds = time.monotonic() - t0
                 self.timings["flush_and_commit"] = time.monotonic() - t_flush
                 log.info("%s: %d record(s)%s published in one transaction (%.1fs, %.0f records/s; %s)",
-                         self._where(batch_id), sent, f" and {rejected} rejected to {self.settings.dead_letter_topic}"
+                         self.where(batch_id), sent, f" and {rejected} rejected to {self.settings.dead_letter_topic}"
                          if self.settings.dead_letter_topic else "", seconds, sent / seconds if seconds else 0,
                          ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
             faults.checkpoint(AFTER_COMMIT)
@@ -188,7 +194,7 @@ class KafkaSink(Sink):
         topic = self.settings.topic
         partitions = sorted(producer.partitions_for(topic) or [])
         if not partitions:
-            raise SinkError(f"{self._where(batch_id)}: the output topic has no partitions the producer can see. Create "
+            raise SinkError(f"{self.where(batch_id)}: the output topic has no partitions the producer can see. Create "
                             f"it (or check the connection's ACLs), then clear the commit task.")
         by_source = self.settings.partitioned_by == "source"
         batch_header = ("offsetbatch.batch-id", str(output_id).encode())
@@ -231,10 +237,7 @@ class KafkaSink(Sink):
 
     def _publish_rejected(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Rejected records as Parquet under ``<path>/_rejected/batch_id=N`` (a rename; idempotent)."""
-        src, dst = self.layout.staging_rejected(batch_id, attempt), self.layout.rejected(output_id)
-        if storage.exists(src):
-            storage.remove(dst)
-            storage.move(src, dst)
+        self.rejected.publish(self.staging.staging_rejected(batch_id, attempt), output_id)
 
     def last_published(self) -> dict | None:
         """The marker: what the last committed publish transaction says it published."""
@@ -248,7 +251,7 @@ class KafkaSink(Sink):
 
     def retire(self, output_id: int) -> None:
         """Kafka is append-only: a superseded batch's records stay in the topic (``republish``)."""
-        storage.remove(self.layout.rejected(output_id))
+        self.rejected.retire(output_id)
 
     def is_published(self, output_id: int, attempt: str) -> bool:
         marker = self.last_published()
@@ -265,7 +268,7 @@ class KafkaSink(Sink):
     def locations(self, output_id: int) -> dict[str, str]:
         return {"output": f"topic {self.settings.topic}", "topic": self.settings.topic,
                 **({"dead_letter_topic": self.settings.dead_letter_topic} if self.settings.dead_letter_topic
-                   else {"rejected": self.layout.rejected(output_id)})}
+                   else {"rejected": self.rejected.of(output_id)})}
 
     # ---- read path --------------------------------------------------------------------------
 
@@ -279,5 +282,5 @@ class KafkaSink(Sink):
                 .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest").load())
 
     def read_rejected(self, spark: "SparkSession") -> "DataFrame":
-        return spark.read.parquet(self.layout.rejected_root())
+        return spark.read.parquet(self.rejected.base)
 

@@ -118,7 +118,7 @@ def compatible(existing: str, staged: str) -> bool:
 class TableSchema:
     """Creating and evolving the sink's tables: methods of ``PostgresSink`` (it mixes this class
     in), kept here with the type mapping they apply. They use the sink's names and catalog
-    look-ups (``_ident``, ``_quoted``, ``_columns``, ``_where``) and run on a cursor of the
+    look-ups (``_ident``, ``_quoted``, ``_columns``, ``where``) and run on a cursor of the
     ledger's transaction."""
 
     settings: PostgresSettings
@@ -144,11 +144,11 @@ class TableSchema:
         try:
             staged = staged_columns(schema)
         except SinkError as exc:
-            raise SinkError(f"{self._where(output_id)}: {exc}. Nothing was written.") from None
+            raise SinkError(f"{self.where(output_id)}: {exc}. Nothing was written.") from None
         names = [n for n, _ in staged]
         for need, pg in RECORD_COLUMNS.items():
             if need not in names:
-                raise SinkError(f"{self._where(output_id)}: the staged rows lack column {need!r}; the table keeps one "
+                raise SinkError(f"{self.where(output_id)}: the staged rows lack column {need!r}; the table keeps one "
                                 f"row per Kafka record. Add it to the transform. Nothing was written.")
         existing = self._columns(cur)
         if not existing:
@@ -161,14 +161,14 @@ class TableSchema:
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(self._ident(), sql.SQL(", ").join(defs)))
             cur.execute(sql.SQL("CREATE INDEX {} ON {} (batch_id)").format(
                 sql.Identifier(f"{self.table_name}_batch_id_idx"[:63]), self._ident()))
-            log.info("%s: created the table from the staged schema (%s)", self._where(output_id),
+            log.info("%s: created the table from the staged schema (%s)", self.where(output_id),
                      ", ".join(f"{n} {t}" for n, t in staged))
             return staged
         changed = [(n, existing[n], t) for n, t in staged if n in existing and not compatible(existing[n], t)]
         if changed:
             n, was, now = changed[0]
             raise SinkSchemaError(
-                f"{self._where(output_id)}: column {n!r} is {was} in the table but the batch's rows have {now}"
+                f"{self.where(output_id)}: column {n!r} is {was} in the table but the batch's rows have {now}"
                 + (f" (and {len(changed) - 1} more column(s): {', '.join(c[0] for c in changed[1:])})" if len(changed) > 1 else "")
                 + f". Nothing was written and nothing committed; the batch stays planned. Cast {n} back to {was} in the "
                 f"transform, or migrate the column yourself (ALTER TABLE {self.settings.table} ALTER COLUMN {n} TYPE "
@@ -178,7 +178,7 @@ class TableSchema:
         for n, t in staged:
             if n not in existing:
                 cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(self._ident(), sql.Identifier(n), sql.SQL(t)))
-                log.info("%s: added column %s %s", self._where(output_id), n, t)
+                log.info("%s: added column %s %s", self.where(output_id), n, t)
         return staged
 
     def _ensure_key(self, cur, output_id: int) -> None:
@@ -190,7 +190,7 @@ class TableSchema:
             "WHERE i.indrelid = to_regclass(%s) AND i.indisunique GROUP BY i.indexrelid", (self._quoted(),))
         if any(set(r[0]) == set(self.settings.key) for r in cur.fetchall()):
             return
-        raise SinkError(f"{self._where(output_id)}: mode upsert needs a UNIQUE constraint on ({', '.join(self.settings.key)}), "
+        raise SinkError(f"{self.where(output_id)}: mode upsert needs a UNIQUE constraint on ({', '.join(self.settings.key)}), "
                         f"which the table does not have (was it created in append mode?). Nothing was written. Add it: "
                         f"ALTER TABLE {self.settings.table} ADD UNIQUE ({', '.join(self.settings.key)}), after removing "
                         f"duplicate keys.")

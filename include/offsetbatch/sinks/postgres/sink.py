@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.base import PublishesInLedgerTransaction, RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.postgres.copy_stream import copy_rows
 from offsetbatch.sinks.postgres.schema import RECORD_COLUMNS, REJECTED_COLUMNS, RESERVED, TableSchema
 from offsetbatch.sinks.postgres.settings import PostgresSettings
@@ -30,10 +30,9 @@ log = logging.getLogger(__package__)  # the package's logger: every postgres sin
 OWNER_KEY = "offsetbatch"
 
 
-class PostgresSink(TableSchema, Sink):
+class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
     type = "postgres"
     Settings = PostgresSettings
-    publishes_in_ledger_transaction = True
 
     def __init__(self, pipeline: str, settings: PostgresSettings):
         super().__init__(pipeline, settings)
@@ -51,9 +50,21 @@ class PostgresSink(TableSchema, Sink):
     def rejected_table(self) -> str:
         return f"{self.settings.table}_rejected"
 
-    def _where(self, output_id: int | None = None) -> str:
-        return (f"pipeline {self.pipeline}" + (f" batch {output_id}" if output_id is not None else "")
-                + f", table {self.settings.table}")
+    @property
+    def target(self) -> str:
+        return f"table {self.settings.table}"
+
+    def asset_uri(self) -> str:
+        """``postgres://host:port/database/schema/table``, the Postgres provider's asset URI."""
+        from offsetbatch.sinks.uris import postgres_table_uri
+
+        try:
+            url = self._url()
+        except Exception as exc:  # noqa: BLE001 - a name must never cost the DAG (sinks.uris)
+            log.warning("%s: its database connection cannot be read while the DAG is built (%s); the asset is "
+                        "named after connection %r", self.where(), exc, self.settings.conn_id)
+            return f"postgres://{self.settings.conn_id}:5432/default/{self.schema_name}/{self.table_name}"
+        return postgres_table_uri(url, self.schema_name, self.table_name)
 
     # ---- job half --------------------------------------------------------------------------
 
@@ -65,18 +76,18 @@ class PostgresSink(TableSchema, Sink):
         cols = set(data.columns)
         missing = [c for c in RECORD_COLUMNS if c not in cols]
         if missing:
-            raise SinkError(f"{self._where(batch_id)}: the transform's output lacks {', '.join(missing)}; the "
+            raise SinkError(f"{self.where(batch_id)}: the transform's output lacks {', '.join(missing)}; the "
                             f"postgres sink keeps one row per Kafka record, identified by (kafka_topic, "
                             f"kafka_partition, kafka_offset). Add them to the transform's SELECT list. Nothing was "
                             f"committed; the batch stays planned.")
         clash = [c for c in RESERVED if c in cols]
         if clash:
-            raise SinkError(f"{self._where(batch_id)}: the transform's output has a column {clash[0]!r}, which the "
+            raise SinkError(f"{self.where(batch_id)}: the transform's output has a column {clash[0]!r}, which the "
                             f"postgres sink fills itself with the batch id. Rename it in the transform. Nothing was "
                             f"committed.")
         no_key = [c for c in self.settings.key if c not in cols]
         if no_key:
-            raise SinkError(f"{self._where(batch_id)}: upsert key column(s) {', '.join(no_key)} are not in the "
+            raise SinkError(f"{self.where(batch_id)}: upsert key column(s) {', '.join(no_key)} are not in the "
                             f"transform's output ({', '.join(data.columns)}). Fix sink.key or the transform. Nothing "
                             f"was committed.")
         return super().stage(spark, data, rejected, batch_id, attempt, output_id)
@@ -90,7 +101,7 @@ class PostgresSink(TableSchema, Sink):
             from offsetbatch.ledger.engine import url_from_connection
 
             return url_from_connection(self.settings.conn_id)
-        raise SinkError(f"{self._where()}: no connection (the pipeline config fills it from ledger:); build the sink "
+        raise SinkError(f"{self.where()}: no connection (the pipeline config fills it from ledger:); build the sink "
                         f"from the pipeline's config, not from a job spec")
 
     @contextmanager
@@ -135,7 +146,7 @@ class PostgresSink(TableSchema, Sink):
         COPY, and the same for rejected records. Idempotent because the transaction is all or nothing."""
         manifest_uri = self.staging.staging_manifest(batch_id, attempt)
         if not storage.exists(manifest_uri):
-            raise SinkError(f"{self._where(output_id)}: the manifest of attempt {attempt} of batch {batch_id} is gone "
+            raise SinkError(f"{self.where(output_id)}: the manifest of attempt {attempt} of batch {batch_id} is gone "
                             f"({manifest_uri}); the batch cannot be loaded. Replay batch {output_id}.")
         manifest = Manifest.load(manifest_uri)
         import psycopg2
@@ -144,7 +155,7 @@ class PostgresSink(TableSchema, Sink):
             self._load_batch(self._cursor(conn), manifest, batch_id, output_id, attempt, ledger_id)
         except psycopg2.Error as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise SinkError(f"{self._where(output_id)}: PostgreSQL refused the load of attempt {attempt} of batch "
+            raise SinkError(f"{self.where(output_id)}: PostgreSQL refused the load of attempt {attempt} of batch "
                             f"{batch_id}: {first}. The transaction was rolled back: nothing was written or committed, "
                             f"the batch stays planned. Fix the cause and re-run the commit task.") from exc
 
@@ -157,17 +168,17 @@ class PostgresSink(TableSchema, Sink):
         faults.checkpoint("commit.before_copy")
         loaded = self._load(cur, manifest.data_files, columns, output_id) if columns else 0
         if loaded != manifest.rows_out:
-            raise SinkError(f"{self._where(output_id)}: COPY loaded {loaded} rows but the manifest of attempt "
+            raise SinkError(f"{self.where(output_id)}: COPY loaded {loaded} rows but the manifest of attempt "
                             f"{attempt} says {manifest.rows_out}; the transaction is rolled back. Re-run the spark_job "
                             f"task.")
         rej_cols = [c for c, _ in REJECTED_COLUMNS[1:]]
         rejected = self._copy(cur, "_rejected", manifest.rejected_files, rej_cols,
                               [t for _, t in REJECTED_COLUMNS[1:]], output_id)
         if rejected != manifest.rows_rejected:
-            raise SinkError(f"{self._where(output_id)}: COPY loaded {rejected} rejected records but the manifest says "
+            raise SinkError(f"{self.where(output_id)}: COPY loaded {rejected} rejected records but the manifest says "
                             f"{manifest.rows_rejected}; the transaction is rolled back. Re-run the spark_job task.")
         faults.checkpoint("commit.after_copy")
-        log.info("%s: loaded %d rows and %d rejected records in the ledger's transaction", self._where(output_id),
+        log.info("%s: loaded %d rows and %d rejected records in the ledger's transaction", self.where(output_id),
                  loaded, rejected)
 
     def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
@@ -247,27 +258,6 @@ class PostgresSink(TableSchema, Sink):
                 return []
             cur.execute(sql.SQL("SELECT DISTINCT batch_id FROM {} ORDER BY 1").format(self._ident()))
             return [r[0] for r in cur.fetchall()]
-
-    # ---- the seam's other commit-half methods ----------------------------------------------------
-
-    def publish(self, batch_id: int, output_id: int, attempt: str) -> None:
-        """Never outside the ledger's transaction: that is what makes the batch atomic."""
-        raise SinkError(f"{self._where(output_id)}: the postgres sink publishes only inside the ledger's transaction "
-                        f"(offsetbatch.commit.protocol); this is a bug in the caller")
-
-    def retire(self, output_id: int) -> None:
-        with self._connect() as conn:
-            self.retire_in_transaction(conn, output_id)
-
-    def is_published(self, output_id: int, attempt: str) -> bool:
-        """The ledger row says it: it commits in the same transaction as the rows."""
-        with self._connect() as conn:
-            cur = self._cursor(conn)
-            cur.execute("SELECT committed_attempt FROM ob_batches WHERE pipeline = %s AND status = 'committed' AND "
-                        "published_at IS NOT NULL AND coalesce(target_batch_id, batch_id) = %s "
-                        "ORDER BY batch_id DESC LIMIT 1", (self.pipeline, output_id))
-            row = cur.fetchone()
-            return row is not None and row[0] == attempt
 
     def describe(self, output_id: int) -> str:
         return f"{self.settings.table} (batch_id = {output_id})"

@@ -15,6 +15,7 @@ from kafka import KafkaProducer
 from offsetbatch.config import load_config
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import TopicPartition
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.planner import RunInfo, plan_for_run
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch_dev.sample.producer import ensure_topic
@@ -86,7 +87,7 @@ def measure(bootstrap: str, partitions: int, backend: str, ledger_url: str, work
         with KafkaAdmin(bootstrap) as kafka:
             run = RunInfo("bench", f"first-{uuid.uuid4().hex[:6]}")
             t0 = time.perf_counter()
-            first = plan_for_run(cfg, ledger, kafka, run, cfg.sink.path)
+            first = plan_for_run(Pipeline(cfg), ledger, kafka, run)
             first_plan = time.perf_counter() - t0
             batch = first.batch
             assert batch is not None and len(batch.ranges) == partitions, "every partition has records to plan"
@@ -97,14 +98,14 @@ def measure(bootstrap: str, partitions: int, backend: str, ledger_url: str, work
                                                   "rows_rejected": 0, "committed_attempt": "bench"}, stats)
             commit = time.perf_counter() - t0
             t0 = time.perf_counter()
-            steady = plan_for_run(cfg, ledger, kafka, RunInfo("bench", f"next-{uuid.uuid4().hex[:6]}"), cfg.sink.path)
+            steady = plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("bench", f"next-{uuid.uuid4().hex[:6]}"))
             plan = time.perf_counter() - t0
             assert steady.outcome == "empty"
             next_plan = None
             if next_batch:
                 produce_one_each(bootstrap, partitions)
                 t0 = time.perf_counter()
-                nxt = plan_for_run(cfg, ledger, kafka, RunInfo("bench", f"then-{uuid.uuid4().hex[:6]}"), cfg.sink.path)
+                nxt = plan_for_run(Pipeline(cfg), ledger, kafka, RunInfo("bench", f"then-{uuid.uuid4().hex[:6]}"))
                 next_plan = time.perf_counter() - t0
                 assert nxt.batch is not None and len(nxt.batch.ranges) == partitions, "a range in every partition"
     finally:

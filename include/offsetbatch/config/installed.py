@@ -1,0 +1,92 @@
+"""Which pipelines this installation runs: the one reader behind the DAG factory, the UI plugin,
+the ``offsetbatch`` CLI and ``make setup`` (one pool per pipeline), so they never disagree.
+
+``OFFSETBATCH_PIPELINES`` lists YAML files and folders of them, separated by ``:``
+(``os.pathsep``); a folder gives its ``*.yaml``/``*.yml`` files, sorted. Unset or empty, it is the
+project's ``include/pipelines/``. A file that does not load is reported (file and field named) and
+does not hide the others; a pipeline name used twice keeps its first file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_config
+from offsetbatch.errors import ConfigError
+
+ENV = "OFFSETBATCH_PIPELINES"
+
+
+def sources(value: str | None = None) -> list[Path]:
+    """The configured entries: ``value`` (a ``--pipelines`` argument), else ``OFFSETBATCH_PIPELINES``,
+    else the project's pipelines folder."""
+    text = value if value is not None else (os.environ.get(ENV) or str(PIPELINES_DIR))
+    return [Path(entry) for entry in text.split(os.pathsep) if entry]
+
+
+def config_files(value: str | None = None) -> list[Path]:
+    """The config files of ``sources(value)``, in order (entries that do not exist are left out)."""
+    files: list[Path] = []
+    for path in sources(value):
+        files.extend(sorted(path.glob("*.y*ml")) if path.is_dir() else [path] if path.exists() else [])
+    return files
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What ``read`` found: the configs that load, by name, and what is wrong with the rest."""
+
+    configs: dict[str, PipelineConfig]
+    errors: tuple[str, ...]  # one line of context per file that does not load (file and field named)
+    missing: tuple[str, ...]  # configured entries that do not exist
+    stamp: tuple  # (file, mtime) of every file read: a reader that caches compares it
+
+    def strict(self) -> dict[str, PipelineConfig]:
+        """The configs, or ``ConfigError`` naming every entry or file that does not load."""
+        problems = [*self.missing, *self.errors]
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return self.configs
+
+
+def _missing(path: Path) -> str:
+    kind = "folder" if not path.suffix else "file"
+    return (f"pipelines {kind} {path} does not exist; set {ENV} (or --pipelines) to pipeline YAML files and "
+            f"folders of them, separated by ':'")
+
+
+def stamp(value: str | None = None) -> tuple:
+    """``(file, mtime_ns)`` of every config file: cheap, so a reader can tell when to read again."""
+    out = []
+    for f in config_files(value):
+        try:
+            out.append((str(f), f.stat().st_mtime_ns))
+        except OSError:
+            out.append((str(f), None))
+    return tuple(out)
+
+
+def read(value: str | None = None) -> Installed:
+    """Every installed config that loads, and one message per file that does not."""
+    good: dict[str, PipelineConfig] = {}
+    errors: list[str] = []
+    for path in config_files(value):
+        try:
+            cfg = load_config(path)
+        except ConfigError as exc:
+            errors.append(str(exc))
+            continue
+        if cfg.name in good:
+            errors.append(f"{path}: pipeline name '{cfg.name}' is already used by {good[cfg.name].source_file}; "
+                          f"rename one of them (only the first is installed)")
+            continue
+        good[cfg.name] = cfg
+    missing = tuple(_missing(p) for p in sources(value) if not p.exists())
+    return Installed(good, tuple(errors), missing, stamp(value))
+
+
+def load_all(value: str | None = None) -> dict[str, PipelineConfig]:
+    """Every installed config by name; ``ConfigError`` if any entry or file does not load."""
+    return read(value).strict()

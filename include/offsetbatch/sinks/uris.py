@@ -1,0 +1,38 @@
+"""Sink targets as Airflow asset URIs, in the schemes Airflow's providers define (AIP-60): the
+DAG's outlet names the table or topic a pipeline writes, so downstream DAGs and lineage see the
+real target, never the staging area.
+
+    files      file:///table                        (or the table's own URI, s3://…)
+    postgres   postgres://host:port/database/schema/table
+    iceberg    iceberg://catalog/namespace/table
+    kafka      kafka://first-bootstrap-server/topic
+
+Names only: no user or password ever goes into a URI. DAGs are built at parse time, so a
+connection that cannot be resolved there (a secrets backend the DAG processor cannot reach) names
+the target by its connection id instead, with a warning, rather than hiding the pipeline's DAG.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import sqlalchemy as sa
+
+log = logging.getLogger(__name__)
+
+
+def kafka_topic_uri(conn_id: str, topic: str) -> str:
+    from offsetbatch.source.connection import from_connection
+
+    try:
+        server = from_connection(conn_id).bootstrap.split(",")[0].strip()
+    except Exception as exc:  # noqa: BLE001 - a name must never cost the DAG
+        log.warning("Kafka connection %r cannot be read while the DAG is built (%s): the asset of topic %s is "
+                    "named after the connection id", conn_id, exc, topic)
+        server = conn_id
+    return f"kafka://{server}/{topic}"
+
+
+def postgres_table_uri(url: str, schema: str, table: str) -> str:
+    u = sa.make_url(url)
+    return f"postgres://{u.host or 'localhost'}:{u.port or 5432}/{u.database or 'postgres'}/{schema}/{table}"

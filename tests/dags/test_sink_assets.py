@@ -1,0 +1,55 @@
+"""Each pipeline's DAG announces its sink's real target as its Airflow asset (the commit task's
+outlet), in the URI scheme Airflow's providers use for it, never the staging folder every sink
+keeps under ``sink.path``. Built by the real DAG factory; names only, never a password."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from offsetbatch.dag.factory import pipeline_dags
+
+BASE = "name: {name}\nkafka: {{topics: [t-{name}]}}\nledger: {{url: '{ledger}'}}\nsink: {sink}\n"
+PG = "postgresql+psycopg2://ob_user:s3cret@db.example.internal:6543/warehouse"
+
+
+def _outlet(tmp_path, name: str, sink: str, ledger: str | None = None):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(BASE.format(name=name, sink=sink, ledger=ledger or f"sqlite:///{tmp_path}/ledger.db"))
+    dag = pipeline_dags(str(path))[f"offsetbatch_{name}"]
+    [asset] = dag.get_task("commit").outlets
+    return asset
+
+
+@pytest.fixture
+def out_cluster(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_OUT_CLUSTER", json.dumps(
+        {"conn_type": "kafka", "password": "kafka-secret", "login": "u",
+         "extra": {"bootstrap.servers": "broker-a.example:9093,broker-b.example:9093", "security.protocol": "SASL_SSL",
+                   "sasl.mechanism": "SCRAM-SHA-512"}}))
+
+
+@pytest.mark.parametrize("kind", ["files", "postgres", "iceberg", "kafka"])
+def test_every_sinks_asset_names_its_target_not_its_staging(tmp_path, kind, out_cluster):
+    staging = f"{tmp_path}/staging/{kind}"
+    sink, ledger, expected = {
+        "files": (f"{{path: {tmp_path}/tables/orders}}", None, f"file://{tmp_path}/tables/orders"),
+        "postgres": (f"{{type: postgres, table: sales.orders, path: {staging}}}", PG,
+                     "postgres://db.example.internal:6543/warehouse/sales/orders"),
+        "iceberg": (f"{{type: iceberg, namespace: lake, table: orders, warehouse: {tmp_path}/wh, path: {staging}}}",
+                    None, "iceberg://offsetbatch/lake/orders"),
+        "kafka": (f"{{type: kafka, topic: orders-clean, conn_id: out_cluster, path: {staging}}}", None,
+                  "kafka://broker-a.example:9093/orders-clean"),
+    }[kind]
+    asset = _outlet(tmp_path, f"orders_{kind}", sink, ledger)
+    assert asset.uri == expected
+    assert asset.name == f"offsetbatch.orders_{kind}"
+    assert "staging" not in asset.uri and "s3cret" not in asset.uri and "kafka-secret" not in asset.uri
+
+
+def test_an_unresolvable_connection_names_the_asset_after_it_and_keeps_the_dag(tmp_path):
+    """A connection the DAG processor cannot read at parse time must not cost the pipeline its DAG."""
+    asset = _outlet(tmp_path, "orders_lost", f"{{type: kafka, topic: orders-clean, conn_id: no_such_conn, "
+                                             f"path: {tmp_path}/staging}}")
+    assert asset.uri == "kafka://no_such_conn/orders-clean"
