@@ -67,7 +67,7 @@ def test_a_bad_config_is_an_import_error_naming_file_and_field(tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text("name: broken\nkafka: {topics: [x]}\nsink: {path: relative/path}\n")
     (tmp_path / "broken_dag.py").write_text(
-        f"# Airflow DAG\nfrom offsetbatch.dag.factory import pipeline_dag\ndag = pipeline_dag({str(bad)!r})\n"
+        f"# Airflow DAG\nfrom offsetbatch import pipeline_dag\ndag = pipeline_dag({str(bad)!r})\n"
     )
     errors = DagBag(dag_folder=str(tmp_path)).import_errors
     assert len(errors) == 1

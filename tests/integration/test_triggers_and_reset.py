@@ -49,7 +49,7 @@ def test_invalid_trigger_values_fail_before_anything_changes(make_pipeline):
          f"names partition {topic}/7, which does not exist"),
         ({"mode": "reset", "reset_to": json.dumps({topic: {"0": max(end.values()) + 10_000}}), "dry_run": False},
          "is outside the log [earliest 0, end"),
-        # one parse error stands for the rest (tests/unit/test_run_request.py has each); the others need Kafka or the ledger
+        # one parse error stands for the rest (tests/unit/plan/test_request.py has each); the others need Kafka or the ledger
         ({"mode": "reset", "reset_to": "yesterday", "dry_run": False}, "reset_to 'yesterday' is not an ISO-8601 timestamp"),
         ({"mode": "replay", "batch_ids": "1,99"}, "batch id(s) 99 do not exist"),
         ({"mode": "reset", "reset_to": "earliest", "dry_run": False},  # back over committed batches, no flag

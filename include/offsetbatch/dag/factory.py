@@ -38,12 +38,11 @@ def _config_path(config: str | Path) -> Path:
     return path
 
 
-def _doc(pipeline: Pipeline, asset_uri: str) -> str:
-    cfg = pipeline.cfg
+def _doc(cfg: PipelineConfig, target: str, asset_uri: str) -> str:
     source = ", ".join(cfg.kafka.topics) if cfg.kafka.topics else f"topics matching `{cfg.kafka.pattern}`"
     return (
         f"### {cfg.name}\n\n{cfg.description}\n\n"
-        f"Reads {source} exactly once into {pipeline.sink.target} (asset `{asset_uri}`). Offsets are tracked in the offsets ledger "
+        f"Reads {source} exactly once into {target} (asset `{asset_uri}`). Offsets are tracked in the offsets ledger "
         f"(`{cfg.ledger.url or cfg.ledger.conn_id}`), not by a consumer group; progress is published to "
         f"group `{cfg.group_id}` for lag tools.\n\n"
         f"Tasks: **plan** (ranges from the frontier) → **spark_job** (reads exactly those ranges) → "
@@ -83,23 +82,58 @@ def pipeline_dag(config: str | Path):
     return _build(load_config(path), path)
 
 
+def _plan(cfg_path: str) -> dict:
+    """The plan task: the trigger's keys as the user sent them, then ``tasks.plan_step``."""
+    from airflow.sdk import get_current_context
+
+    from offsetbatch.dag.retry_policy import fail_without_retry
+    from offsetbatch.dag.tasks import plan_step
+
+    ctx = get_current_context()
+    dag_run = ctx["dag_run"]
+    with fail_without_retry():  # a refused value or bad config fails every attempt alike
+        pipeline = Pipeline.load(cfg_path)
+        check_keys(pipeline.name, getattr(dag_run, "conf", None))  # what the user sent, before the merge
+        return plan_step(pipeline, ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
+                         params=dict(ctx["params"]), run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
+                         actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
+                         airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
+
+
+def _commit(cfg_path: str, asset) -> dict:
+    """The commit task: ``tasks.commit_step`` for the batches the plan task returned, from the
+    attempt the spark_job task returned; the result goes on the asset event."""
+    from airflow.sdk import get_current_context
+
+    from offsetbatch.dag.retry_policy import fail_without_retry
+    from offsetbatch.dag.tasks import commit_step
+
+    ctx = get_current_context()
+    planned = ctx["ti"].xcom_pull(task_ids="plan")
+    attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
+    with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
+        result = commit_step(Pipeline.load(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
+    ctx["outlet_events"][asset].extra = result
+    return result
+
+
 def _build(cfg: PipelineConfig, path: Path):
     """The DAG of ``cfg``, read from ``path``: its tasks re-read the file, so they run today's config."""
-    from airflow.sdk import Asset, dag, get_current_context, task
+    from airflow.sdk import Asset, dag, task
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     from offsetbatch.dag.operators.spark_connect import BatchSparkConnectOperator
     from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
 
     cfg_path = str(path)
-    pipeline = Pipeline(cfg)
+    sink = Pipeline(cfg).sink
     # The outlet is the sink's real target (a table, an Iceberg table, a topic), never its staging.
-    asset = Asset(name=f"offsetbatch.{cfg.name}", uri=pipeline.sink.asset_uri())
+    asset = Asset(name=f"offsetbatch.{cfg.name}", uri=sink.asset_uri())
 
     @dag(
         dag_id=cfg.dag_id,
         description=cfg.description or f"offsetbatch pipeline {cfg.name}",
-        doc_md=_doc(pipeline, asset.uri),
+        doc_md=_doc(cfg, sink.target, asset.uri),
         schedule=CronDataIntervalTimetable(cfg.airflow.schedule, timezone="UTC"),
         start_date=cfg.airflow.start_date,
         end_date=cfg.airflow.end_date,
@@ -114,22 +148,7 @@ def _build(cfg: PipelineConfig, path: Path):
             "pool": cfg.pool,
         },
     )
-    def pipeline():
-        @task(task_id="plan")
-        def plan() -> dict:
-            from offsetbatch.dag.retry_policy import fail_without_retry
-            from offsetbatch.dag.tasks import plan_step
-
-            ctx = get_current_context()
-            dag_run = ctx["dag_run"]
-            with fail_without_retry():  # a refused value or bad config fails every attempt alike
-                check_keys(cfg.name, getattr(dag_run, "conf", None))  # what the user sent, before the merge
-                return plan_step(Pipeline.load(cfg_path), ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
-                                 params=dict(ctx["params"]),
-                                 run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
-                                 actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
-                                 airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
-
+    def offsetbatch_pipeline():
         if cfg.spark.connect_conn_id:
             spark_job = BatchSparkConnectOperator(task_id="spark_job", config_path=cfg_path,
                                                   conn_id=cfg.spark.connect_conn_id, conf=dict(cfg.spark.conf))
@@ -137,19 +156,14 @@ def _build(cfg: PipelineConfig, path: Path):
             spark_job = BatchSparkSubmitOperator(task_id="spark_job", config_path=cfg_path, conn_id=cfg.spark.conn_id,
                                                  conf=dict(cfg.spark.conf), verbose=False)
 
+        @task(task_id="plan")
+        def plan() -> dict:
+            return _plan(cfg_path)
+
         @task(task_id="commit", outlets=[asset])
         def commit() -> dict:
-            from offsetbatch.dag.retry_policy import fail_without_retry
-            from offsetbatch.dag.tasks import commit_step
-
-            ctx = get_current_context()
-            planned = ctx["ti"].xcom_pull(task_ids="plan")
-            attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
-            with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
-                result = commit_step(Pipeline.load(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
-            ctx["outlet_events"][asset].extra = result
-            return result
+            return _commit(cfg_path, asset)
 
         plan() >> spark_job >> commit()
 
-    return pipeline()
+    return offsetbatch_pipeline()

@@ -348,7 +348,8 @@ ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError:
                OffsetbatchError: EXIT_REFUSED})  # the rest of the family (commit, sink, artifacts); first match wins
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The commands, their arguments and help texts."""
     parser = argparse.ArgumentParser(prog="offsetbatch", description="Operator view of offsetbatch pipelines.",
                                      epilog="exit codes: 0 ok, 1 Kafka/ledger unreachable, 2 bad config or usage, 3 not found")
     parser.add_argument("--pipelines", default=None,
@@ -405,6 +406,11 @@ def main(argv: list[str] | None = None) -> int:
     lp.set_defaults(func=cmd_ledger_rebuild)
     for sp in [*sub.choices.values(), *lsub.choices.values()]:
         sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
