@@ -6,16 +6,22 @@ the CLI maps the families below to its exit codes.
 
     OffsetbatchError
     ├── ConfigError              a pipeline config is invalid (file and field named)
+    │   ├── TransformAnalysisError  the transform does not analyze against the records' columns
+    │   ├── KafkaConnectionError    the Kafka connection's settings are wrong (a key named)
+    │   └── KafkaAuthError          the broker refused this client (credentials, TLS, ACLs)
     ├── PipelineError            a run was refused before anything changed
     │   ├── RunRequestError      a trigger parameter is malformed or names unknown things
     │   ├── BackfillRefusedError a backfill/replay reaches offsets scheduled runs have not read
     │   ├── DataLossError        retention deleted offsets the pipeline still had to read
     │   ├── PartitionVanishedError / TopicNotFoundError
+    │   └── RebuildRefusedError  a table's manifests cannot become a consistent ledger
     ├── CommitError              the commit refused a batch's output
     │   ├── ManifestError        the job's manifest does not reconcile with the plan
     │   └── BatchStateError      the batch is not in a state that can be committed
     ├── SinkError                a sink cannot stage or publish (names the table)
     │   └── SinkSchemaError      the batch's columns cannot go into the table (no retry helps)
+    ├── OffsetOutOfPlanError     Spark returned a record outside the planned ranges (never committed)
+    ├── KafkaUnreachableError    no broker answered (a retry may help)
     ├── LedgerError              (offsetbatch.ledger) lock timeouts, stale commits, bad ledgers
     └── ArtifactError            a cached Java artifact (connector jars) is missing
 """

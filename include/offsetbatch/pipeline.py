@@ -2,7 +2,8 @@
 sink, and openers for its ledger and its Kafka cluster. Built once per task (``Pipeline.load``) and
 handed down, so nothing below rebuilds the sink or re-reads the config.
 
-The argument order everywhere below is ``(pipeline, ledger, kafka, request)``.
+Functions that take these take them in one order, ``(pipeline, ledger, kafka, request)``, with
+optional ones (``commit_batch``'s ``kafka``) last.
 """
 
 from __future__ import annotations

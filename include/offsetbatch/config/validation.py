@@ -6,7 +6,7 @@ parse, naming the file and the field, instead of after a batch was planned and S
 Kafka. Each function is pure apart from importing a Python transform, and raises ``ValueError``
 with a message saying what is wrong and what to write instead; ``config`` adds the file and the
 field. The Spark job still analyzes the transform against the real columns before it reads
-anything (``jobs/offsetbatch_job.py``), which catches what a parser cannot (unknown columns).
+anything (``job.transform.analyze_transform``), which catches what a parser cannot (unknown columns).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from sqlglot import exp
 
 DIALECT = "spark"
-VIEW = "records"  # the view the job registers the parsed records as (jobs/offsetbatch_job.py, transform)
+VIEW = "records"  # the view the job registers the parsed records as (job/transform.py)
 _DDL_PREFIX = "CREATE TABLE t ("  # a DDL column list parses as the column list of this statement
 _TYPES_HINT = "e.g. 'id STRING, n INT, amount DECIMAL(10,2), tags ARRAY<STRING>, at TIMESTAMP'"
 
@@ -185,7 +185,7 @@ def check_python_callable(path: str) -> Callable:
 def check_cron(expression: str) -> str:
     """Raise ``ValueError`` unless ``expression`` is a 5-field cron expression or a croniter preset
     ('@hourly'), the forms both Airflow's ``CronDataIntervalTimetable`` and the plan task's
-    interval arithmetic (``run_request.run_interval``) read the same way. Returns it."""
+    interval arithmetic (``plan.request.run_interval``) read the same way. Returns it."""
     from croniter import croniter
 
     hint = "give 5 fields 'minute hour day-of-month month day-of-week', e.g. '0 * * * *' (hourly), or '@hourly'"

@@ -51,7 +51,7 @@ def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: dateti
               airflow_interval: tuple[datetime | None, datetime | None] = (None, None)) -> dict:
     """Plan (or find) this run's batches and write their job specs, or carry out a reset.
 
-    The run reads the schedule interval of its logical date (``run_request.run_interval``), not
+    The run reads the schedule interval of its logical date (``plan.request.run_interval``), not
     ``airflow_interval``, which Airflow infers differently for manual runs and keeps stale on runs a
     backfill reuses. The trigger parameters are checked before the ledger is opened, so a bad value
     changes nothing."""
@@ -118,7 +118,7 @@ class SparkSubmission:
 def spark_job_secrets(pipeline: Pipeline) -> dict[str, str]:
     """The Kafka secrets the job needs (SASL login, client key), from the pipeline's Kafka
     connection at submit time; empty for a PLAINTEXT connection. The operator hands them over in a
-    private file (``kafka_connection.write_secrets_file``), never in arguments or the job spec."""
+    private file (``source.connection.write_secrets_file``), never in arguments or the job spec."""
     return from_connection(pipeline.cfg.kafka.conn_id).spark_secrets()
 
 

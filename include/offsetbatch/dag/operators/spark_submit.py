@@ -21,7 +21,7 @@ JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
 
 
 class BatchSparkSubmitOperator(SparkSubmitOperator):
-    """Run ``jobs/offsetbatch_job.py`` for the batches the upstream plan task returned.
+    """Run ``jobs/offsetbatch_job.py`` (the entry of ``offsetbatch.job.run``) for the batches the upstream plan task returned.
 
     :param config_path: the pipeline's YAML file (the ledger is checked before submitting)
     :param plan_task_id: task whose XCom holds the plan (``needs_work`` and ``batches``, each with
