@@ -47,7 +47,6 @@ COPY --chown=airflow:0 requirements.txt constraints.txt /opt/offsetbatch/
 RUN pip install --no-cache-dir -r /opt/offsetbatch/requirements.txt -c /opt/offsetbatch/constraints.txt \
  && pip install --no-cache-dir --force-reinstall --no-deps "$(grep -E '^pyspark==' /opt/offsetbatch/requirements.txt)"
 
-COPY --chown=airflow:0 scripts/maven /opt/offsetbatch/scripts/maven
 COPY --chown=airflow:0 include /opt/offsetbatch/include
 COPY --chown=airflow:0 jobs /opt/offsetbatch/jobs
 COPY --chown=airflow:0 dags /opt/offsetbatch/dags
@@ -64,8 +63,16 @@ ENV PYTHONPATH=/opt/offsetbatch/include \
     PYSPARK_PYTHON=python \
     PYSPARK_DRIVER_PYTHON=python
 
-# Drop the connector jars pyspark already ships (two copies of a jar on one classpath), and prove
-# the driver side imports: pyspark (not pyspark-client) won, the connector is complete.
-RUN python -c "from offsetbatch_dev.stack.artifacts import fetch_spark_connector; print(fetch_spark_connector())" \
+# Drop the connector jars pyspark already ships (two copies of a jar on one classpath): a jar goes
+# when pyspark/jars has one of the same artifact id (the name up to its first "-<digit>"), as
+# `make setup` does. Then prove the driver side imports: pyspark (not pyspark-client) won, and the
+# runtime's own lookup (offsetbatch.dag.spark_jars) finds the connector complete. Nothing of the
+# development tooling (scripts/dev, offsetbatch_dev) is in the build context or imported here.
+RUN shipped="$(python -c 'import pathlib, pyspark; print(pathlib.Path(pyspark.__file__).parent / "jars")')" \
+ && for jar in /opt/offsetbatch/.cache/spark-kafka/jars/*.jar; do \
+      id="$(basename "$jar" | sed -E 's/-[0-9][A-Za-z0-9_.-]*\.jar$//')"; \
+      if ls "$shipped/$id"-[0-9]*.jar >/dev/null 2>&1; then rm "$jar"; fi; \
+    done \
+ && python -c "from offsetbatch.dag.spark_jars import spark_connector_jars; jars = spark_connector_jars(); assert any('spark-sql-kafka' in j for j in jars), jars; print(*jars, sep='\n')" \
  && python -c "import pyspark, airflow; assert pyspark.__version__ == '4.3.0', pyspark.__version__; print('pyspark', pyspark.__version__, 'airflow', airflow.__version__)" \
  && java -version

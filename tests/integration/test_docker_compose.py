@@ -253,3 +253,16 @@ def test_dockerfile_copies_project_sources_only_and_resolves_jars_as_make_setup_
     mvn = " ".join(args for word, args in _dockerfile_instructions() if word == "RUN" and "mvn " in args)
     assert f"{DEPENDENCY_PLUGIN}:copy-dependencies" in mvn and "spark-kafka-connector.pom.xml" in mvn
     assert "maven/settings.xml" in mvn, "Maven Central only, as scripts/maven/settings.xml routes it"
+
+
+def test_the_image_build_neither_copies_nor_imports_the_development_tooling():
+    """The production image is the runtime only: scripts/dev stays out of the build context, and the
+    build step that prunes and checks the connector jars uses the runtime's own lookup."""
+    instructions = _dockerfile_instructions()
+    for word, args in instructions:
+        assert "offsetbatch_dev" not in args and "scripts/dev" not in args, f"{word} {args}"
+    ignored = {line.strip() for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()}
+    assert "scripts/dev" in ignored, "the development tooling stays out of the build context"
+    runs = " ".join(args for word, args in instructions if word == "RUN")
+    assert "from offsetbatch.dag.spark_jars import spark_connector_jars" in runs, "the image checks its connector jars"
+    assert "pyspark.__file__).parent / \"jars\"" in runs, "jars pyspark already ships are dropped"

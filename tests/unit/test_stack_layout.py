@@ -1,12 +1,17 @@
-"""Layout of the local servers without starting any: ports, loopback bindings, the commands run."""
+"""Layout of the local servers without starting any: ports, loopback bindings, the commands run; and
+the files the development tooling (scripts/dev) finds in the checkout."""
 
 from __future__ import annotations
 
+import ast
 import socket
 import sys
 
 import pytest
 
+from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev.bench import throughput
+from offsetbatch_dev.stack import artifacts
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker, Quorum
 from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
 from offsetbatch_dev.stack.processes import StackProcessError, require_free
@@ -74,3 +79,21 @@ def test_a_busy_port_names_the_port_and_the_way_out():
                                                     r"not by the thing\. Stop that process or choose another port "
                                                     r"\(--port\)\."):
             require_free((port,), "the thing", "--port")
+
+
+def test_the_dev_tooling_finds_the_checkouts_files_from_scripts_dev():
+    """offsetbatch_dev moved out of include/ but still reads the checkout (offsetbatch.paths.PROJECT_ROOT):
+    the Maven poms, the runtime's job entry, and its own Spark applications, all submitted by path."""
+    assert {p.name for p in artifacts.MAVEN_DIR.iterdir()} >= {
+        "settings.xml", "kafka-broker.pom.xml", "spark-kafka-connector.pom.xml"}
+    assert artifacts.MAVEN_DIR == PROJECT_ROOT / "scripts" / "maven" and artifacts.KAFKA_VERSION[0].isdigit()
+    assert throughput.JOB == PROJECT_ROOT / "jobs" / "offsetbatch_job.py" and throughput.JOB.is_file()
+    assert throughput.RAW_READ_APP == PROJECT_ROOT / "scripts/dev/offsetbatch_dev/bench/raw_read_app.py"
+    assert throughput.RAW_READ_APP.is_file()
+    for kind in ("structured_streaming", "batch_read"):
+        peer = throughput.PEERS / f"{kind}.py"
+        imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
+                    for n in ast.walk(ast.parse(peer.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))
+                    for a in n.names}
+        assert not imported & {"offsetbatch", "offsetbatch_dev"}, f"{peer}: the peers run on pyspark alone"
+    assert (PROJECT_ROOT / "docs").is_dir(), "the benchmarks write their reports to docs/"

@@ -1,7 +1,8 @@
 """Spark's Kafka connector jars, as the runtime needs them: handed to ``spark-submit --jars``.
 
-They are resolved once from Maven Central by ``make setup`` (``offsetbatch-stack fetch``) into the
-cache folder; at run time nothing is downloaded, and a missing cache is a clear error.
+They are resolved once from Maven Central into the cache folder: by ``make setup``
+(``offsetbatch-stack fetch``) in a checkout, by the Dockerfile's Maven stage in the image. At run
+time nothing is downloaded, and a missing cache is a clear error.
 """
 
 from __future__ import annotations

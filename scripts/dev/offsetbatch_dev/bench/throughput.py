@@ -29,7 +29,10 @@ SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIM
 REQUIRED = ["event_id", "kind", "event_time"]
 OUTPUT_COLUMNS = ["event_id", "kind", "user_id", "page", "event_time", "amount", "kafka_partition", "kafka_offset"]
 TRANSFORM = f"SELECT {', '.join(OUTPUT_COLUMNS)} FROM records"
-JOBS = PROJECT_ROOT / "jobs"
+JOB = PROJECT_ROOT / "jobs" / "offsetbatch_job.py"  # the runtime's spark-submit entry, as the spark_job task submits it
+HERE = Path(__file__).resolve().parent
+RAW_READ_APP = HERE / "raw_read_app.py"  # the benchmark's own application (the raw read), beside this file
+PEERS = HERE / "peers"  # what a user writes instead; they import nothing of the project
 
 
 @dataclass
@@ -74,18 +77,19 @@ def _watch_rss(proc: subprocess.Popen, peak: list[float], stop: threading.Event)
 
 
 def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path,
-                 with_jobs: bool = True, master: str = "local[*]") -> tuple[float, float, str]:
+                 with_project: bool = True, master: str = "local[*]") -> tuple[float, float, str]:
     """(wall seconds, peak driver RSS in MiB, output) of one spark-submit (``master``: local[*] or a
-    standalone master's URL) with the connector; ``with_jobs``: the project's jobs/ on the Python
-    path (not for the peers)."""
+    standalone master's URL) with the connector; ``with_project``: the caller's environment as is
+    (the project's applications import ``offsetbatch`` from this venv, as the spark_job task's do);
+    False for the peers, which get no PYTHONPATH."""
     cmd = [shutil.which("spark-submit") or "spark-submit", "--master", master,
            "--jars", ",".join(spark_connector_jars())]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     cmd += [str(app), *args]
-    env = {**os.environ, "PYTHONPATH": f"{JOBS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    if not with_jobs:  # the peers: pyspark alone, not even include/ (scripts/env.sh puts it on PYTHONPATH)
-        env.pop("PYTHONPATH")
+    env = dict(os.environ)
+    if not with_project:  # the peers: pyspark alone, nothing the caller put on PYTHONPATH
+        env.pop("PYTHONPATH", None)
     peak, stop = [0.0], threading.Event()
     t0 = time.monotonic()
     with open(log, "w") as out:
@@ -105,7 +109,7 @@ def _bench_line(stdout: str) -> dict:
 
 
 def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
-    wall, rss, out = spark_submit(Path(__file__).resolve().parent / "raw_read_app.py", ["raw", "--spec", spec_uri], conf, work / f"raw-{rep}.log")
+    wall, rss, out = spark_submit(RAW_READ_APP, ["raw", "--spec", spec_uri], conf, work / f"raw-{rep}.log")
     r = _bench_line(out)
     return Sample(r["seconds"], wall, rss, r["records"])
 
@@ -124,17 +128,14 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     uri = TableLayout(str(table)).spec(1)
     spec.save(uri)
     try:
-        wall, rss, _ = spark_submit(JOBS / "offsetbatch_job.py", ["--spec", uri, "--attempt", "bench",
-                                                                  *([SECRETS_ARG, str(secrets_file)] if secrets_file else [])],
+        wall, rss, _ = spark_submit(JOB, ["--spec", uri, "--attempt", "bench",
+                                          *([SECRETS_ARG, str(secrets_file)] if secrets_file else [])],
                                     conf, work / f"{name}-{rep}.log", master=master)
     finally:
         remove_secrets_file(secrets_file)
     m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
     shutil.rmtree(table.parent, ignore_errors=True)
     return Sample(m.job_seconds, wall, rss, m.rows_in)
-
-
-PEERS = Path(__file__).resolve().parent / "peers"
 
 
 def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int) -> Sample:
@@ -148,7 +149,7 @@ def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: in
             "--ending", json.dumps(ending), "--schema", SCHEMA, "--required", ",".join(REQUIRED),
             "--columns", ",".join(OUTPUT_COLUMNS), "--date-of", "event_time", "--out", str(out),
             "--checkpoint", str(ckpt)]
-    wall, rss, stdout = spark_submit(PEERS / f"{kind}.py", args, conf, work / f"{kind}-{rep}.log", with_jobs=False)
+    wall, rss, stdout = spark_submit(PEERS / f"{kind}.py", args, conf, work / f"{kind}-{rep}.log", with_project=False)
     r = _bench_line(stdout)
     shutil.rmtree(out.parent, ignore_errors=True)
     return Sample(r["seconds"], wall, rss, r["records"])
