@@ -14,7 +14,8 @@ Pipelines are the installed ones (``offsetbatch.config.installed``: ``OFFSETBATC
 and the UI read it); ``--pipelines`` names other files or folders (``:``-separated).
 Exit codes: 0 ok, 1 Kafka or the ledger could not be reached or read (doctor: a check failed), 2 bad
 config or usage, 3 pipeline or batch not found, 4 request refused (invalid value; nothing changed).
-Every failure is one line on stderr, ``error: …``; stdout holds only tables or ``--json`` output.
+Every failure is one line on stderr, ``error: …``; stdout holds only tables or ``--json`` output (log
+records, Airflow's included, go to stderr: ``_stdout_for_output_only``).
 
 No command here creates a ledger: reads open an existing one or fail (``Ledger`` without ``create``).
 """
@@ -29,8 +30,8 @@ import shlex
 import sqlite3
 import subprocess
 import sys
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import contextmanager, redirect_stdout
+from typing import Any, Iterator
 
 import sqlalchemy as sa
 from kafka.errors import KafkaError
@@ -39,7 +40,7 @@ from rich.table import Table
 
 from offsetbatch.commit import ownership
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, installed
-from offsetbatch.errors import ConfigError, OffsetbatchError, PipelineError
+from offsetbatch.errors import ConfigError, KafkaUnreachableError, OffsetbatchError, PipelineError
 from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
 from offsetbatch.ops import report
 from offsetbatch.ops.status import batch_dict, pipeline_status
@@ -52,19 +53,39 @@ class NotFound(LookupError):
     pass
 
 
+class UsageError(ValueError):
+    """Options that do not go together (exit 2, as argparse's own usage errors)."""
+
+
 ERRORS: dict[type[Exception], int] = {}  # error type -> exit code (filled below NotFound)
+
+
+# Counts go into SQL LIMIT: the ledger's databases take a signed 64-bit integer there.
+MAX_COUNT = 2**63 - 1
 
 
 def positive_int(text: str) -> int:
     """argparse type of counts (``--limit``, ``--batches``): a zero or negative count is a typo,
-    not a request for everything."""
+    not a request for everything; one beyond a 64-bit integer is a typo too (and the database
+    driver's ``OverflowError``)."""
+    shown = repr(text) if len(text) <= 40 else repr(text[:39] + "…")
     try:
         n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {shown}") from None
     if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {shown}")
+    if n > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be a positive integer up to {MAX_COUNT}, got {shown}")
     return n
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error format: one line on stderr, ``error: …``, exit 2 (argparse's
+    own is a usage block and a second line). Subcommand parsers are made of this class too."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {_one_line(message)} (see '{self.prog} --help')\n")
 
 
 def _configs(args) -> dict[str, PipelineConfig]:
@@ -137,8 +158,45 @@ def _db_reason(exc: Exception) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException | str) -> str:
     return " ".join(str(exc).split())
+
+
+def _print_json(out: Console, data: Any, **kwargs) -> None:
+    """``--json`` output, on the real stdout (``out.file``; ``sys.stdout`` is stderr while a command runs)."""
+    print(json.dumps(data, indent=1, **kwargs), file=out.file)
+
+
+# The loggers of Airflow's secrets masker (the task SDK's copy and the core's), muted below ERROR by ``main``.
+MASKER_LOGGERS = ("airflow.sdk._shared.secrets_masker.secrets_masker", "airflow._shared.secrets_masker.secrets_masker")
+
+
+def _errors_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.ERROR
+
+
+@contextmanager
+def _stdout_for_output_only() -> Iterator[None]:
+    """While a command runs, whatever is not its output goes to stderr. Importing Airflow (reading a
+    connection does) sets up logging to stdout, and its secrets masker logs a warning there ("Skipping
+    masking for a secret as it's too short (<5 chars)") for a connection password under 5
+    characters: ``--json`` output would not parse. So handlers that write to stdout write to stderr
+    until the command returns, and ``sys.stdout`` is stderr (handlers and loggers Airflow makes now
+    take it); the command prints to its Console's file, the real stdout."""
+    real = sys.stdout
+    moved = []
+    for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+        for handler in getattr(logger, "handlers", ()):  # a PlaceHolder has none
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (real, sys.__stdout__):
+                old = handler.setStream(sys.stderr)
+                if old is not None:
+                    moved.append((handler, old))
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for handler, old in moved:
+            handler.setStream(old)
 
 
 def cmd_ledger_init(args, out: Console) -> int:
@@ -157,7 +215,7 @@ def cmd_ledger_init(args, out: Console) -> int:
             with Ledger(url, create=True) as ledger:
                 rows.append({"ledger": _shown(url), "ledger_id": ledger.identity, "created": True})
     if args.json:
-        print(json.dumps(rows, indent=1))
+        _print_json(out, rows)
     else:
         t = Table(title="offsetbatch ledgers", title_justify="left")
         for col in ("ledger", "identity", ""):
@@ -181,7 +239,7 @@ def cmd_ledger_rebuild(args, out: Console) -> int:
             apply_rebuild(ledger, pipeline.sink, plan, actor=f"cli:{getpass.getuser()}")
             identity = ledger.identity
     if args.json:
-        print(json.dumps({**plan.to_dict(), "applied": args.apply, "ledger_id": identity}, indent=1))
+        _print_json(out, {**plan.to_dict(), "applied": args.apply, "ledger_id": identity})
         return EXIT_OK
     out.print(report.rebuild_table(plan, applied=args.apply))
     out.print(f"ledger {identity} now owns {plan.table}" if args.apply else
@@ -211,7 +269,7 @@ def cmd_status(args, out: Console) -> int:
         unreachable |= st.kafka_error is not None
         statuses.append(st)
     if args.json:
-        print(json.dumps([s.to_dict() for s in statuses], indent=1, default=str))
+        _print_json(out, [s.to_dict() for s in statuses], default=str)
     else:
         for st in statuses:
             out.print(report.status_table(st))
@@ -224,15 +282,18 @@ def cmd_batches(args, out: Console) -> int:
     with _ledger(cfg) as ledger:
         rows = [batch_dict(b) for b in ledger.list_batches(cfg.name, args.limit)]
     if args.json:
-        print(json.dumps(rows, indent=1, default=str))
+        _print_json(out, rows, default=str)
     else:
         out.print(report.batches_table(f"{cfg.name}: last {args.limit} batches", rows))
     return EXIT_OK
 
 
 def cmd_batch(args, out: Console) -> int:
+    from offsetbatch.plan.request import check_batch_id
+
     pipeline = _pipeline(args)
     cfg = pipeline.cfg
+    check_batch_id(cfg.name, args.batch_id)  # before the ledger: its BIGINT overflows in the driver
     with _ledger(cfg) as ledger:
         try:
             b = batch_dict(ledger.get_batch(cfg.name, args.batch_id))
@@ -240,7 +301,7 @@ def cmd_batch(args, out: Console) -> int:
             raise NotFound(str(exc)) from None
     b["output"] = pipeline.sink.locations(b.get("target_batch_id") or args.batch_id)
     if args.json:
-        print(json.dumps(b, indent=1, default=str))
+        _print_json(out, b, default=str)
         return EXIT_OK
     out.print(report.batches_table(f"{cfg.name}: batch {args.batch_id}", [b]))
     out.print(report.ranges_table("ranges [from, until)", [b]))
@@ -255,7 +316,7 @@ def cmd_events(args, out: Console) -> int:
     with _ledger(cfg) as ledger:
         rows = queries.event_rows(ledger, cfg.name, args.limit, routine=args.all)
     if args.json:
-        print(json.dumps(rows, indent=1, default=str))
+        _print_json(out, rows, default=str)
     else:
         scope = "events" if args.all else "events (without routine batch bookkeeping: --all shows it)"
         out.print(report.events_table(f"{cfg.name}: {len(rows)} newest {scope}", rows))
@@ -276,7 +337,7 @@ def cmd_reset(args, out: Console) -> int:
     with _ledger(cfg) as ledger, pipeline.kafka() as kafka:
         plan = run_reset(pipeline, ledger, kafka, req)
     if args.json:
-        print(json.dumps({**plan.to_dict(), "applied": args.apply}, indent=1))
+        _print_json(out, {**plan.to_dict(), "applied": args.apply})
     else:
         out.print(report.reset_table(plan, applied=args.apply))
         if not args.apply:
@@ -288,6 +349,15 @@ def cmd_replay(args, out: Console) -> int:
     from offsetbatch.plan.replay import plan_window, replay_targets
     from offsetbatch.plan.request import from_params
 
+    where = f"replay {args.pipeline}"
+    if args.batch and (args.start or args.end):
+        window = " ".join(f"{opt} {v}" for opt, v in (("--from", args.start), ("--to", args.end)) if v)
+        raise UsageError(f"{where}: give batch ids (--batch N, repeatable) or a window (--from TS --to TS), not both; "
+                         f"got --batch {' --batch '.join(map(str, args.batch))} and {window}. Nothing was done.")
+    if not args.batch and not (args.start and args.end):
+        given = f" (got only {'--from' if args.start else '--to'})" if args.start or args.end else ""
+        raise UsageError(f"{where}: give batch ids (--batch N, repeatable) or both --from TS and --to TS{given}. "
+                         f"Nothing was done.")
     pipeline = _pipeline(args)
     cfg = pipeline.cfg
     conf = {"mode": "replay"}
@@ -308,7 +378,7 @@ def cmd_replay(args, out: Console) -> int:
     summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],
                "backfills": [[str(r) for r in rs] for rs in history], "command": shlex.join(command)}
     if args.json:
-        print(json.dumps(summary, indent=1))
+        _print_json(out, summary)
     else:
         out.print(report.batches_table(f"{cfg.name}: batches to re-execute (output replaced, frontier untouched)",
                                        [batch_dict(b) for b in targets]))
@@ -330,7 +400,7 @@ def cmd_doctor(args, out: Console) -> int:
 
     checks = run_checks(_configs(args))
     if args.json:
-        print(json.dumps([vars(c) for c in checks], indent=1))
+        _print_json(out, [vars(c) for c in checks])
     else:
         t = Table(title="offsetbatch doctor", title_justify="left")
         for col in ("check", "", "detail", "how to fix"):
@@ -341,8 +411,8 @@ def cmd_doctor(args, out: Console) -> int:
     return EXIT_OK if all(c.ok for c in checks) else EXIT_UNREACHABLE
 
 
-ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError: EXIT_REFUSED,
-               KafkaError: EXIT_UNREACHABLE,
+ERRORS.update({ConfigError: EXIT_USAGE, UsageError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError: EXIT_REFUSED,
+               KafkaError: EXIT_UNREACHABLE, KafkaUnreachableError: EXIT_UNREACHABLE,
                LedgerError: EXIT_UNREACHABLE,  # LedgerMissingError, LedgerUnreachableError, damaged ledgers
                sa.exc.SQLAlchemyError: EXIT_UNREACHABLE, sqlite3.Error: EXIT_UNREACHABLE,  # outside _ledger
                OffsetbatchError: EXIT_REFUSED})  # the rest of the family (commit, sink, artifacts); first match wins
@@ -350,8 +420,9 @@ ERRORS.update({ConfigError: EXIT_USAGE, NotFound: EXIT_NOT_FOUND, PipelineError:
 
 def build_parser() -> argparse.ArgumentParser:
     """The commands, their arguments and help texts."""
-    parser = argparse.ArgumentParser(prog="offsetbatch", description="Operator view of offsetbatch pipelines.",
-                                     epilog="exit codes: 0 ok, 1 Kafka/ledger unreachable, 2 bad config or usage, 3 not found")
+    parser = _Parser(prog="offsetbatch", description="Operator view of offsetbatch pipelines.",
+                     epilog="exit codes: 0 ok, 1 Kafka/ledger unreachable, 2 bad config or usage, 3 not found, "
+                            "4 request refused (nothing changed)")
     parser.add_argument("--pipelines", default=None,
                         help=f"pipeline YAML files and folders of them, ':'-separated (default: ${installed.ENV}, else "
                              f"{PIPELINES_DIR})")
@@ -415,15 +486,22 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return EXIT_USAGE if exc.code else EXIT_OK
-    out = Console(width=max(Console().width, 120))
+    out = Console(file=sys.stdout, width=max(Console().width, 120))
     # stdout is for tables and --json only: the library's log lines go to stderr, and the Kafka
     # client's per-connection errors are dropped (the CLI reports failures itself).
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    # Airflow's secrets masker warns (once) that a connection secret under 5 characters cannot be
+    # masked in logs: the CLI logs no secrets, and the warning would be a second stderr line next to
+    # an error. (On stdout it broke --json; ``_stdout_for_output_only`` keeps any such line off it.)
+    # A filter, not a level: Airflow's logging setup (on its import) resets the levels of its loggers.
+    for name in MASKER_LOGGERS:
+        logging.getLogger(name).addFilter(_errors_only)
     ours = logging.getLogger("offsetbatch")
     ours.handlers, ours.propagate = [logging.StreamHandler(sys.stderr)], False
     ours.setLevel(logging.INFO)
     try:
-        return args.func(args, out)
+        with _stdout_for_output_only():
+            return args.func(args, out)
     except tuple(ERRORS) as exc:
         code = next(c for kind, c in ERRORS.items() if isinstance(exc, kind))
         print(f"error: {_error_text(exc)}", file=sys.stderr)

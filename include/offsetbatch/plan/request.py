@@ -9,8 +9,10 @@
     backfill       an Airflow backfill run: replay/backfill its own data interval (no input needed)
 
 Misconfiguration must not lose data silently: a key that is not a param (``mdoe``) is refused, not
-ignored (which would run a plain batch), and ``reason`` is bounded (it is stored in the audit log
-and logged).
+ignored (which would run a plain batch), and so is a param of another mode (``reset_to`` without
+``mode: reset`` would run a plain batch and go green); ``reason`` is bounded (it is stored in the
+audit log and logged). Batch ids, offsets and partitions must fit the ledger's and Kafka's integers,
+and timestamps lie between 1970 (Kafka's are milliseconds since the epoch) and 9999.
 
 Checks that need Kafka or the ledger (unknown topic, offset outside the log, unknown batch) live in
 ``offsetbatch.plan.reset`` and ``offsetbatch.plan.replay``; this module checks shape only.
@@ -50,6 +52,19 @@ MAX_REASON_CHARS = 1000
 # after the newest record of every partition needs it for any skipped record at all: it is what a
 # mistyped year does, and "latest" says it plainly if it is meant.
 MAX_RESET_SKIP = 10_000
+# The params only one mode reads, with the form's defaults (``dag_params``): a value other than the
+# default under another mode is refused (``check_mode_params``), as that mode would ignore it.
+MODE_PARAMS: dict[str, dict[str, Any]] = {
+    "replay": {"replay_start": None, "replay_end": None, "batch_ids": None},
+    "reset": {"reset_to": None, "dry_run": True, "allow_rewind": False, "allow_data_loss": False},
+}
+# Batch ids and offsets are BIGINT in the ledger (and int64 in Kafka); partitions are int32 in Kafka.
+MAX_ID = MAX_OFFSET = 2**63 - 1
+MAX_PARTITION = 2**31 - 1
+# Kafka record timestamps are milliseconds since the epoch: nothing is older than 1970, and a year
+# past 9998 is a typo (and near datetime's limit, where time arithmetic overflows).
+MIN_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MAX_TIME = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -93,19 +108,34 @@ def run_interval(schedule: str, logical_date: datetime | None) -> tuple[datetime
     return start.astimezone(timezone.utc).replace(fold=0), end.astimezone(timezone.utc).replace(fold=0)
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a message must not carry a pasted megabyte."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def parse_time(pipeline: str, name: str, value: Any) -> datetime:
-    """An ISO-8601 timestamp with a timezone (a naive one is ambiguous across Airflow and Kafka)."""
+    """An ISO-8601 timestamp with a timezone (a naive one is ambiguous across Airflow and Kafka),
+    from 1970 (``MIN_TIME``: Kafka timestamps are milliseconds since the epoch) to before 9999."""
     if isinstance(value, datetime):
         ts = value
     else:
         try:
             ts = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise RunRequestError(f"pipeline {pipeline}: {name} {value!r} is not an ISO-8601 timestamp "
+            raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} is not an ISO-8601 timestamp "
                                f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.") from None
-    if ts.tzinfo is None:
-        raise RunRequestError(f"pipeline {pipeline}: {name} {value!r} has no timezone; add one "
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} has no timezone; add one "
                            f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.")
+    if ts < MIN_TIME:
+        raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} is before 1970-01-01T00:00:00+00:00; "
+                              f"Kafka record timestamps count milliseconds from then, so no record is older. Check "
+                              f"the year (example: 2026-11-20T13:00:00+00:00). Nothing was changed.")
+    if ts >= MAX_TIME:
+        raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} is after 9999-01-01T00:00:00+00:00, "
+                              f"not a time any record has. Check the year (example: 2026-11-20T13:00:00+00:00). "
+                              f"Nothing was changed.")
     return ts
 
 
@@ -139,13 +169,28 @@ def _parse_offsets(pipeline: str, value: Any) -> dict[TopicPartition, int]:
             try:
                 p = int(part)
             except (TypeError, ValueError):
-                raise RunRequestError(f"pipeline {pipeline}: reset_to[{topic!r}] has partition {part!r}, not a number. "
-                                   f"Nothing was changed.") from None
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-                raise RunRequestError(f"pipeline {pipeline}: reset_to[{topic!r}][{part!r}] = {offset!r} is not an "
-                                   f"offset (a non-negative integer). Nothing was changed.")
+                raise RunRequestError(f"pipeline {pipeline}: reset_to[{_shown(topic)}] has partition {_shown(part)}, "
+                                   f"not a number. Nothing was changed.") from None
+            if not 0 <= p <= MAX_PARTITION:
+                raise RunRequestError(f"pipeline {pipeline}: reset_to[{_shown(topic)}] has partition {_shown(part)}, "
+                                      f"not a Kafka partition number (0 to {MAX_PARTITION}). Nothing was changed.")
+            if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+                raise RunRequestError(f"pipeline {pipeline}: reset_to[{_shown(topic)}][{_shown(part)}] = "
+                                      f"{_shown(offset)} is not an offset (an integer from 0 to {MAX_OFFSET}). "
+                                      f"Nothing was changed.")
             out[TopicPartition(topic, p)] = offset
     return out
+
+
+def check_batch_id(pipeline: str, n: int) -> int:
+    """A batch id the ledger can hold (1 to ``MAX_ID``, its BIGINT), checked before the ledger is
+    asked: a larger one would fail there with the driver's ``OverflowError``. Public for the CLI."""
+    if n <= 0:
+        raise RunRequestError(f"pipeline {pipeline}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
+    if n > MAX_ID:
+        raise RunRequestError(f"pipeline {pipeline}: batch id {_shown(n)} is out of range: batch ids are 1 to "
+                              f"{MAX_ID} ('offsetbatch batches {pipeline}' lists them). Nothing was changed.")
+    return n
 
 
 def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
@@ -155,12 +200,13 @@ def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
     ids = []
     for item in items:
         try:
+            if isinstance(item, bool) or not isinstance(item, (int, str)):
+                raise TypeError(item)
             n = int(item)
         except (TypeError, ValueError):
-            raise RunRequestError(f"pipeline {pipeline}: batch_ids has {item!r}, not a batch id. Nothing was changed.") from None
-        if n <= 0:
-            raise RunRequestError(f"pipeline {pipeline}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
-        ids.append(n)
+            raise RunRequestError(f"pipeline {pipeline}: batch_ids has {_shown(item)}, not a batch id. "
+                                  f"Nothing was changed.") from None
+        ids.append(check_batch_id(pipeline, n))
     return tuple(sorted(set(ids)))
 
 
@@ -176,6 +222,36 @@ def check_keys(pipeline: str, conf: dict | None) -> None:
              for k in unknown]
     raise RunRequestError(f"pipeline {pipeline}: unknown trigger parameter(s) {', '.join(hints)}; the known ones are "
                           f"{', '.join(PARAM_NAMES)}. Fix the spelling and trigger again. Nothing was changed.")
+
+
+def _given(value: Any, default: Any) -> bool:
+    """Whether a param holds something other than the form's default (an emptied field is unset;
+    a string "false" is not the default False)."""
+    if value is None or value in ({}, []) or (isinstance(value, str) and not value.strip()):
+        return False
+    return not (type(value) is type(default) and value == default)
+
+
+def check_mode_params(pipeline: str, mode: str, params: dict, mode_given: bool = True) -> None:
+    """Refuse params that only another mode reads (``MODE_PARAMS``): a trigger with ``reset_to`` but
+    no ``mode`` would run a plain batch (mode ``next``) and go green without moving anything."""
+    foreign = {other: [k for k, default in names.items() if _given(params.get(k), default)]
+               for other, names in MODE_PARAMS.items() if other != mode}
+    foreign = {other: keys for other, keys in foreign.items() if keys}
+    if not foreign:
+        return
+    what = {"reset": "move the frontier", "replay": "re-execute recorded batches"}
+    parts = [f"{', '.join(f'{k}={_shown(params[k], 40)}' for k in keys)} "
+             f"{'applies' if len(keys) == 1 else 'apply'} to mode {other} only" for other, keys in foreign.items()]
+    current = f"mode is {mode!r}" if mode_given else f"no mode was given, so the mode is {mode!r}"
+    keys = [k for ks in foreign.values() for k in ks]
+    if len(foreign) == 1:
+        [other] = foreign
+        todo = f"to {what[other]}, set mode: {other}; otherwise leave {', '.join(keys)} out"
+    else:
+        todo = (f"a run does one thing: set mode: reset or mode: replay and leave the other mode's parameters out "
+                f"(or leave all of {', '.join(keys)} out)")
+    raise RunRequestError(f"pipeline {pipeline}: {' and '.join(parts)}, but {current}: {todo}. Nothing was changed.")
 
 
 def check_reason(pipeline: str, value: Any) -> str | None:
@@ -217,7 +293,9 @@ def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
         return RunRequest("backfill", window=(interval[0], interval[1]), actor=actor, reason="airflow backfill")
     mode = params.get("mode") or "next"
     if mode not in MODES:
-        raise RunRequestError(f"pipeline {pipeline}: mode {mode!r} is not one of {', '.join(MODES)}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {pipeline}: mode {_shown(mode)} is not one of {', '.join(MODES)}. "
+                              f"Nothing was changed.")
+    check_mode_params(pipeline, mode, params, mode_given=bool(params.get("mode")))
     common = dict(actor=actor, reason=check_reason(pipeline, params.get("reason")))
     if mode == "next":
         return RunRequest("next", **common)

@@ -57,6 +57,10 @@ def _folder(tmp_path: Path, ledger_url: str | None = None, conn_id: str | None =
 def pipeline(tmp_path):
     """Folder and ledger of ``orders``: batches 1-2 committed, a forward reset by ``cli:tester``
     (reason "unit"), a retention gap skipped, batch 3 planned; one older gap from two days ago."""
+    return _build_pipeline(tmp_path)
+
+
+def _build_pipeline(tmp_path: Path) -> tuple[Path, str]:
     url = f"sqlite:///{tmp_path}/ledger.db"
     with Ledger(url, create=True) as led:
         with led.lock("orders") as conn:
@@ -224,3 +228,172 @@ def test_the_ui_looks_for_audit_events_among_the_newest_events_only(pipeline):
                                                                                        "frontier_reset"]
         assert [e["kind"] for e in queries.event_rows(led, "orders", 20, window=2)] == ["data_loss_skipped"]
         assert len(queries.event_rows(led, "orders", 20, window=1000)) == 4
+
+
+# ---- bad input: one `error:` line and the table's exit code, before the ledger or Kafka is asked -----
+
+BIG = "12345678901234567890123"  # 23 digits: the ledger's BIGINT overflowed in the driver (a 37-line traceback)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """The ``pipeline`` fixture's ledger file, built once for this module's many refusal cases."""
+    _, url = _build_pipeline(tmp_path_factory.mktemp("pristine"))
+    return Path(sa.make_url(url).database)
+
+
+@pytest.fixture
+def pipeline_copy(pristine, tmp_path) -> tuple[Path, str]:
+    """What ``pipeline`` gives, on a copy of the pristine ledger (no WAL left beside a closed ledger)."""
+    import shutil
+
+    assert not Path(f"{pristine}-wal").exists()
+    shutil.copy(pristine, tmp_path / "ledger.db")
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    return _folder(tmp_path, url), url
+T1, T2 = "2026-11-20T13:00:00+00:00", "2026-11-20T15:00:00+00:00"
+
+
+@pytest.mark.parametrize("argv, code, named", [
+    (("batch", "orders", BIG), 4, f"pipeline orders: batch id {BIG} is out of range: batch ids are 1 to "
+                                  f"9223372036854775807 ('offsetbatch batches orders' lists them). Nothing was changed."),
+    (("batch", "orders", "-5"), 4, "pipeline orders: batch id -5 is not valid (ids start at 1)"),
+    (("batch", "orders", "0"), 4, "batch id 0 is not valid"),
+    (("batch", "orders", "abc"), 2, "offsetbatch batch: argument batch_id: invalid int value: 'abc'"),
+    (("replay", "orders", "--batch", BIG), 4, f"pipeline orders: batch id {BIG} is out of range"),
+    (("replay", "orders", "--batch", "1", "--batch", BIG), 4, f"batch id {BIG} is out of range"),
+    # the window used to be dropped silently
+    (("replay", "orders", "--batch", "1", "--from", T1, "--to", T2), 2,
+     f"replay orders: give batch ids (--batch N, repeatable) or a window (--from TS --to TS), not both; got --batch 1 "
+     f"and --from {T1} --to {T2}. Nothing was done."),
+    (("replay", "orders", "--batch", "1", "--to", T2), 2, f"not both; got --batch 1 and --to {T2}"),
+    (("replay", "orders", "--from", T1), 2, "give batch ids (--batch N, repeatable) or both --from TS and --to TS "
+                                            "(got only --from)"),
+    (("replay", "orders"), 2, "give batch ids (--batch N, repeatable) or both --from TS and --to TS. Nothing was done."),
+    (("replay", "orders", "--from", "0001-01-01T00:00:00+00:00", "--to", T2), 4,
+     "pipeline orders: replay_start '0001-01-01T00:00:00+00:00' is before 1970-01-01T00:00:00+00:00"),
+    (("replay", "orders", "--from", T1, "--to", "9999-12-31T23:59:59+00:00"), 4,
+     "replay_end '9999-12-31T23:59:59+00:00' is after 9999-01-01T00:00:00+00:00"),
+    (("replay", "orders", "--from", "2026-11-20T13:00:00", "--to", T2), 4,
+     "replay_start '2026-11-20T13:00:00' has no timezone"),
+    (("reset", "orders", "--to", "0001-01-01T00:00:00+00:00", "--apply", "--allow-rewind"), 4,
+     "pipeline orders: reset_to '0001-01-01T00:00:00+00:00' is before 1970-01-01T00:00:00+00:00"),
+    (("reset", "orders", "--to", "9999-12-31T23:59:59+00:00", "--apply", "--allow-data-loss"), 4,
+     "reset_to '9999-12-31T23:59:59+00:00' is after 9999-01-01"),
+    (("reset", "orders", "--to", "2026-11-20T13:00:00", "--apply"), 4, "reset_to '2026-11-20T13:00:00' has no timezone"),
+    (("reset", "orders", "--to", "not json", "--apply"), 4, "reset_to 'not json' is not an ISO-8601 timestamp"),
+    (("reset", "orders", "--to", '{"t": {"0": -1}}', "--apply"), 4,
+     "reset_to['t']['0'] = -1 is not an offset (an integer from 0 to 9223372036854775807)"),
+    (("reset", "orders", "--to", '{"t": {"x": 1}}', "--apply"), 4, "reset_to['t'] has partition 'x', not a number"),
+    (("reset", "orders", "--to", f'{{"t": {{"0": {BIG}}}}}', "--apply"), 4, f"reset_to['t']['0'] = {BIG} is not an offset"),
+    (("reset", "orders", "--to", '{"t": {"99999999999": 1}}', "--apply"), 4,
+     "reset_to['t'] has partition '99999999999', not a Kafka partition number (0 to 2147483647)"),
+    (("reset", "orders", "--to", '{"t": {"0": 5'), 4, "reset_to is malformed JSON"),
+    (("batches", "orders", "--limit", BIG), 2,
+     f"offsetbatch batches: argument --limit: must be a positive integer up to 9223372036854775807, got '{BIG}'"),
+    (("status", "--batches", BIG), 2, "argument --batches: must be a positive integer up to 9223372036854775807"),
+    (("events", "orders", "--limit", "-5"), 2, "argument --limit: must be a positive integer, got '-5'"),
+    (("frobnicate",), 2, "offsetbatch: argument command: invalid choice: 'frobnicate'"),
+    ((), 2, "offsetbatch: the following arguments are required: command"),
+])
+@pytest.mark.parametrize("as_json", [False, True], ids=["table", "json"])
+def test_bad_input_is_one_error_line_and_changes_nothing(pipeline_copy, capsys, monkeypatch, argv, code, named,
+                                                        as_json):
+    """Each used to be a traceback (OverflowError, ValueError: OffsetTimestamp(...)), a silent
+    success (--batch with a window) or argparse's two-line usage error."""
+    import sqlite3
+
+    folder, url = pipeline_copy
+    db = sa.make_url(url).database
+    before = list(sqlite3.connect(db).iterdump())
+    asked = []
+    monkeypatch.setattr(Ledger, "__init__", lambda self, *a, **k: asked.append("ledger") or pytest.fail("ledger opened"))
+    monkeypatch.setattr(KafkaAdmin, "for_connection", lambda *a, **k: asked.append("kafka") or pytest.fail("Kafka asked"))
+    got, out, err = _run(capsys, "--pipelines", str(folder), *(["--json"] if as_json else []), *argv)
+    line = _one_error_line(err)
+    assert (got, out) == (code, ""), err
+    assert named in line, line
+    assert asked == [] and list(sqlite3.connect(db).iterdump()) == before
+
+
+def test_the_limits_themselves_are_accepted(pipeline, capsys):
+    folder, _ = pipeline
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "batches", "orders", "--limit", str(2**63 - 1))
+    assert code == cli.EXIT_OK and [b["batch_id"] for b in json.loads(out)] == [3, 2, 1], err
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "batch", "orders", str(2**63 - 1))
+    assert code == cli.EXIT_NOT_FOUND and out == ""
+    assert f"batch {2**63 - 1} does not exist in the ledger" in _one_error_line(err)
+
+
+# ---- stdout holds only the output: Airflow's log lines (the secrets masker's) go elsewhere -------------
+
+def _short_password_pipeline(tmp_path, monkeypatch, url: str) -> Path:
+    """``orders`` with its ledger and Kafka behind Airflow connections whose passwords are 2
+    characters: Airflow's secrets masker warns that it cannot mask them ("too short")."""
+    folder = tmp_path / "short"
+    folder.mkdir()
+    (folder / "orders.yaml").write_text(f"name: orders\nkafka: {{topics: [t], conn_id: ob_short_kafka}}\n"
+                                        f"sink: {{path: {tmp_path}/table}}\nledger: {{conn_id: ob_short_ledger}}\n")
+    monkeypatch.setenv("AIRFLOW_CONN_OB_SHORT_LEDGER", json.dumps(
+        {"conn_type": "sqlite", "host": sa.make_url(url).database, "password": "pw"}))
+    monkeypatch.setenv("AIRFLOW_CONN_OB_SHORT_KAFKA", json.dumps(
+        {"conn_type": "kafka", "login": "ob", "password": "pw",
+         "extra": {"bootstrap.servers": "fake:9092", "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}}))
+    return folder
+
+
+def test_json_stays_json_with_a_short_connection_password(pipeline, tmp_path, capsys, monkeypatch):
+    """A 2-character password made Airflow's secrets masker log "Skipping masking for a secret as it's
+    too short (<5 chars)" on stdout, before the JSON. Here its once-per-process warning is re-armed,
+    and a logger with a handler on stdout (as Airflow's root handler is in a fresh process) logs while
+    the connection is read: stdout parses, the masker's warning is muted, the other line is on stderr."""
+    import logging
+    import sys
+
+    from airflow.sdk._shared.secrets_masker.secrets_masker import SecretsMasker
+
+    from offsetbatch.source.connection import from_connection
+
+    _, url = pipeline
+    folder = _short_password_pipeline(tmp_path, monkeypatch, url)
+    monkeypatch.setattr(SecretsMasker, "_has_warned_short_secret", False)
+    airflow_like = logging.getLogger("offsetbatch_tests.airflow_like")
+    on_stdout = logging.StreamHandler(sys.stdout)
+    monkeypatch.setattr(airflow_like, "handlers", [on_stdout])
+    monkeypatch.setattr(airflow_like, "propagate", False)
+    monkeypatch.setattr(airflow_like, "level", logging.INFO)
+    read = []
+
+    def kafka(conn_id, isolation_level=None):
+        read.append(from_connection(conn_id).describe())  # reads the connection: the masker sees "pw"
+        airflow_like.warning("a log line while reading a connection")
+        return FakeKafka()
+
+    monkeypatch.setattr(KafkaAdmin, "for_connection", kafka)
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status")
+    assert code == cli.EXIT_OK, err
+    [st] = json.loads(out)
+    assert st["pipeline"] == "orders" and read == ["connection 'ob_short_kafka' (SASL_PLAINTEXT as ob, fake:9092)"]
+    assert SecretsMasker._has_warned_short_secret  # the masker did warn: not on stdout, not on stderr either
+    assert "too short" not in out + err and err == "a log line while reading a connection\n"
+    assert on_stdout.stream is sys.stdout  # put back after the command
+
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "batch", "orders", "99")
+    assert code == cli.EXIT_NOT_FOUND and out == ""
+    assert "batch 99 does not exist" in _one_error_line(err)
+
+
+def test_json_stays_json_with_a_short_connection_password_in_a_fresh_process(pipeline, tmp_path, monkeypatch):
+    """The same through the installed command's code in a new interpreter: Airflow sets up its own
+    logging there (on stdout), as it does for an operator."""
+    import os
+    import subprocess
+    import sys
+
+    _, url = pipeline
+    folder = _short_password_pipeline(tmp_path, monkeypatch, url)
+    res = subprocess.run([sys.executable, "-m", "offsetbatch.ops.cli", "--pipelines", str(folder), "--json", "batches",
+                          "orders"], env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert res.returncode == cli.EXIT_OK, res.stderr[-3000:]
+    assert [b["batch_id"] for b in json.loads(res.stdout)] == [3, 2, 1]
+    assert res.stderr == ""

@@ -146,3 +146,153 @@ def test_refusals_fail_the_task_without_retries_and_other_errors_keep_them():
         with pytest.raises(type(exc)), fail_without_retry():
             raise exc
         assert not is_permanent(exc)
+
+
+# ---- params of another mode, and values outside what the ledger and Kafka can hold -------------------
+
+# What the Trigger DAG form sends when nothing is changed: every param at its default.
+FORM = {"mode": "next", "replay_start": None, "replay_end": None, "batch_ids": None, "reset_to": None,
+        "dry_run": True, "allow_rewind": False, "allow_data_loss": False, "reason": None}
+
+
+@pytest.mark.parametrize("params, message", [
+    # no mode: mode next would run a plain batch and go green, moving nothing
+    ({"reset_to": "2026-11-20T13:00:00+00:00"},
+     "reset_to='2026-11-20T13:00:00+00:00' applies to mode reset only, but no mode was given, so the mode is "
+     "'next': to move the frontier, set mode: reset; otherwise leave reset_to out."),
+    ({"reset_to": "latest", "dry_run": False},
+     "reset_to='latest', dry_run=False apply to mode reset only, but no mode was given, so the mode is 'next'"),
+    ({"dry_run": False}, "dry_run=False applies to mode reset only"),
+    ({**FORM, "allow_rewind": True}, "allow_rewind=True applies to mode reset only, but mode is 'next'"),
+    ({"allow_data_loss": True}, "allow_data_loss=True applies to mode reset only"),
+    ({"reset_to": {"t": {"0": 5}}}, "reset_to={'t': {'0': 5}} applies to mode reset only"),
+    ({"dry_run": "false"}, "dry_run='false' applies to mode reset only"),
+    ({"mode": "replay", "batch_ids": "3", "reset_to": "latest"},
+     "reset_to='latest' applies to mode reset only, but mode is 'replay'"),
+    ({"mode": "replay", "batch_ids": "3", "dry_run": False}, "dry_run=False applies to mode reset only"),
+    # replay-only params under mode next or reset
+    ({"batch_ids": "3"}, "batch_ids='3' applies to mode replay only, but no mode was given, so the mode is 'next': "
+                         "to re-execute recorded batches, set mode: replay; otherwise leave batch_ids out."),
+    ({**FORM, "replay_start": "2026-11-20T13:00:00+00:00", "replay_end": "2026-11-20T15:00:00+00:00"},
+     "replay_start='2026-11-20T13:00:00+00:00', replay_end='2026-11-20T15:00:00+00:00' apply to mode replay only"),
+    ({"mode": "reset", "reset_to": "latest", "batch_ids": "3"},
+     "batch_ids='3' applies to mode replay only, but mode is 'reset'"),
+    ({"batch_ids": "3", "reset_to": "latest"},
+     "batch_ids='3' applies to mode replay only and reset_to='latest' applies to mode reset only, but no mode was "
+     "given, so the mode is 'next': a run does one thing: set mode: reset or mode: replay"),
+])
+def test_params_of_another_mode_are_refused(params, message):
+    """{"reset_to": "..."} without a mode used to run a plain batch (mode next) and go green."""
+    with pytest.raises(RunRequestError) as err:
+        from_params("orders", params)
+    text = str(err.value)
+    assert text.startswith("pipeline orders: ") and message in text and text.endswith("Nothing was changed."), text
+
+
+@pytest.mark.parametrize("params", [
+    FORM, {**FORM, "mode": None}, {**FORM, "mode": ""},
+    {**FORM, "mode": "replay", "batch_ids": "3"},
+    {**FORM, "mode": "replay", "replay_start": "2026-11-20T13:00:00+00:00", "replay_end": "2026-11-20T15:00:00+00:00"},
+    {**FORM, "mode": "reset", "reset_to": "latest", "dry_run": False, "allow_rewind": True, "allow_data_loss": True},
+    {**FORM, "reset_to": "", "batch_ids": "", "replay_start": "  "},  # emptied form fields are unset
+])
+def test_the_form_with_its_defaults_passes_in_every_mode(params):
+    assert from_params("orders", params).mode == (params["mode"] or "next")
+
+
+def test_backfills_keep_ignoring_the_form():
+    """A backfill run backfills its interval, whatever its params hold (they are the DAG's defaults, or
+    the conf of a run it reuses)."""
+    for params in ({**FORM, "reset_to": "latest", "dry_run": False}, {**FORM, "batch_ids": "3"}):
+        req = from_params("orders", params, run_type="backfill", interval=(T0, T0.replace(hour=14)))
+        assert (req.mode, req.window) == ("backfill", (T0, T0.replace(hour=14)))
+
+
+BIG = "12345678901234567890123"  # 23 digits: beyond the ledger's BIGINT (the driver raised OverflowError)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"mode": "replay", "batch_ids": BIG},
+     f"batch id {BIG} is out of range: batch ids are 1 to 9223372036854775807 ('offsetbatch batches orders' lists "
+     f"them)."),
+    ({"mode": "replay", "batch_ids": f"3, {2**63}"}, f"batch id {2**63} is out of range"),
+    ({"mode": "replay", "batch_ids": [3, int(BIG)]}, f"batch id {BIG} is out of range"),
+    ({"mode": "replay", "batch_ids": "0"}, "batch id 0 is not valid (ids start at 1)"),
+    ({"mode": "replay", "batch_ids": [True]}, "batch_ids has True, not a batch id"),
+    ({"mode": "replay", "batch_ids": [1.5]}, "batch_ids has 1.5, not a batch id"),
+    ({"mode": "replay", "batch_ids": "9" * 5000}, "batch_ids has '99999"),  # int() refuses > 4300 digits
+    ({"mode": "replay", "replay_start": "0001-01-01T00:00:00+00:00", "replay_end": "2026-11-20T15:00:00+00:00"},
+     "replay_start '0001-01-01T00:00:00+00:00' is before 1970-01-01T00:00:00+00:00; Kafka record timestamps count "
+     "milliseconds from then, so no record is older. Check the year"),
+    ({"mode": "replay", "replay_start": "1969-12-31T23:59:59+00:00", "replay_end": "2026-11-20T15:00:00+00:00"},
+     "replay_start '1969-12-31T23:59:59+00:00' is before 1970-01-01"),
+    ({"mode": "replay", "replay_start": "2026-11-20T13:00:00+00:00", "replay_end": "9999-06-01T00:00:00+00:00"},
+     "replay_end '9999-06-01T00:00:00+00:00' is after 9999-01-01T00:00:00+00:00, not a time any record has. "
+     "Check the year"),
+    ({"mode": "replay", "replay_start": "2026-11-20T13:00:00+00:00", "replay_end": "2026-11-20T15:00:00"},
+     "replay_end '2026-11-20T15:00:00' has no timezone"),
+    ({"mode": "reset", "reset_to": "0001-01-01T00:00:00+00:00"},
+     "reset_to '0001-01-01T00:00:00+00:00' is before 1970-01-01T00:00:00+00:00"),
+    ({"mode": "reset", "reset_to": "0001-01-01T00:00:00+01:00"}, "is before 1970-01-01"),
+    ({"mode": "reset", "reset_to": "9999-12-31T23:59:59-05:00"}, "is after 9999-01-01"),
+    ({"mode": "reset", "reset_to": "0001-01-01T00:00:00"}, "reset_to '0001-01-01T00:00:00' has no timezone"),
+    ({"mode": "reset", "reset_to": f'{{"t": {{"0": {BIG}}}}}'},
+     f"reset_to['t']['0'] = {BIG} is not an offset (an integer from 0 to 9223372036854775807)"),
+    ({"mode": "reset", "reset_to": '{"t": {"-1": 5}}'},
+     "reset_to['t'] has partition '-1', not a Kafka partition number (0 to 2147483647)"),
+    ({"mode": "reset", "reset_to": {"t": {str(2**31): 5}}}, f"has partition '{2**31}', not a Kafka partition number"),
+    ({"mode": "reset", "reset_to": "x" * 10_000}, "reset_to 'xxxxx"),
+])
+def test_values_out_of_range_are_named(params, message):
+    with pytest.raises(RunRequestError) as err:
+        from_params("orders", params)
+    text = str(err.value)
+    assert text.startswith("pipeline orders: ") and message in text and text.endswith("Nothing was changed."), text
+    assert len(text) < 400  # a pasted megabyte is not quoted back
+
+
+def test_the_range_limits_themselves_are_accepted():
+    req = from_params("p", {"mode": "replay", "batch_ids": f"1,{2**63 - 1}"})
+    assert req.batch_ids == (1, 2**63 - 1)
+    req = from_params("p", {"mode": "replay", "replay_start": "1970-01-01T00:00:00Z",
+                            "replay_end": "9998-12-31T23:59:59+00:00"})
+    assert req.window[0] == datetime(1970, 1, 1, tzinfo=timezone.utc)
+    req = from_params("p", {"mode": "reset", "reset_to": {"t": {str(2**31 - 1): 2**63 - 1}}})
+    assert req.reset_to.offsets == {TopicPartition("t", 2**31 - 1): 2**63 - 1}
+
+
+@pytest.mark.parametrize("params", [
+    {"reset_to": "earliest", "dry_run": False},  # no mode: would have run a plain batch
+    {"mode": "replay", "batch_ids": BIG},
+    {"mode": "reset", "reset_to": "0001-01-01T00:00:00+00:00", "dry_run": False, "allow_rewind": True},
+])
+def test_a_refused_trigger_changes_nothing_in_the_ledger(tmp_path, params):
+    """The plan task refuses these before it opens Kafka or the ledger: a real SQLite ledger with a
+    committed batch is byte-for-byte what it was (and its rows the same)."""
+    import sqlite3
+    from types import SimpleNamespace
+
+    from offsetbatch.dag.tasks import plan_step
+    from offsetbatch.ledger import Ledger
+    from offsetbatch.model import OffsetRange
+
+    db = tmp_path / "ledger.db"
+    with Ledger(f"sqlite:///{db}", create=True) as led:
+        with led.lock("orders") as conn:
+            led.start_partitions(conn, "orders", {TopicPartition("t", 0): 0}, "earliest")
+        with led.lock("orders") as conn:
+            b = led.insert_batch(conn, "orders", "incremental", [OffsetRange("t", 0, 0, 100, 0)], dag_id="d",
+                                 run_id="scheduled__x", interval=(None, None), output_path=str(tmp_path))
+            led.commit_batch(conn, b, {}, {})
+
+    def rows():
+        with sqlite3.connect(db) as conn:
+            return list(conn.iterdump())
+
+    before, raw = rows(), db.read_bytes()
+    opened = []
+    pipeline = SimpleNamespace(cfg=SimpleNamespace(name="orders", airflow=SimpleNamespace(schedule="0 * * * *")),
+                               kafka=lambda: opened.append("kafka"), ledger=lambda create=False: opened.append("ledger"))
+    with pytest.raises(RunRequestError, match="pipeline orders: .*Nothing was changed"):
+        plan_step(pipeline, "offsetbatch_orders", "manual__1", None, params, "manual", "tester")
+    assert opened == [] and rows() == before and db.read_bytes() == raw
