@@ -110,3 +110,26 @@ def test_every_record_outside_its_planned_range_is_counted_and_refused(spark):
     with pytest.raises(job_stats.OffsetOutOfPlanError, match=r"6 record\(s\) outside the planned ranges, the "
                                                              r"first other/0 offset 10"):
         job_stats.reports(spec, values)
+
+
+def test_the_files_sink_writes_timestamps_every_reader_reads(spark, tmp_path):
+    """Spark's default INT96 timestamps come back from pyarrow (the README's Python read path) as
+    nanoseconds: 9999-12-31 overflowed into 1816. The sink writes INT64 microseconds instead."""
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    from pyspark.sql import functions as F
+
+    from offsetbatch.sinks import FilesSink
+
+    sink = FilesSink.at(str(tmp_path / "table"), "ts")
+    data = spark.createDataFrame([("late", "9999-12-31 23:59:59.123456"), ("early", "1900-01-01 00:00:00")],
+                                 "id STRING, t STRING").select("id", F.to_timestamp("t").alias("event_time"))
+    staged = sink.stage(spark, data, lambda: spark.createDataFrame([], "raw_value BINARY"), 1, "a1")
+    got = {r["id"]: r["event_time"] for r in _rows(staged.data_files)}
+    local = ZoneInfo(spark.conf.get("spark.sql.session.timeZone"))  # to_timestamp reads the text in it
+    expected = {"late": datetime(9999, 12, 31, 23, 59, 59, 123456, tzinfo=local),
+                "early": datetime(1900, 1, 1, tzinfo=local)}
+    assert {k: v.astimezone(timezone.utc) for k, v in got.items()} == {
+        k: v.astimezone(timezone.utc) for k, v in expected.items()}
+    assert pq.ParquetFile(staged.data_files[0]).schema_arrow.field("event_time").type.unit == "us"

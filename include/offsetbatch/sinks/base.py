@@ -143,9 +143,13 @@ class Sink(ABC):
                      attempt: str, partition_by: list[str]) -> StagedOutput:
         """The Parquet writes every sink's ``stage`` ends with: the data first (the job's one pass),
         then the rejected rows. The row count comes from the write itself (an observation), not
-        from reading the files back."""
+        from reading the files back. Timestamps are written as INT64 microseconds, not Spark's
+        default INT96, which other readers (pyarrow, Iceberg) read wrongly or not at all: pyarrow
+        turns INT96 into nanoseconds, so years after 2262 overflow (9999-12-31 became 1816)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
+
+        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
 
         data_dir = self.staging.staging_data(batch_id, attempt)
         rejected_dir = self.staging.staging_rejected(batch_id, attempt)

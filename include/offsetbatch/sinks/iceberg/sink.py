@@ -56,8 +56,8 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
 
     def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
               attempt: str, output_id: int | None = None) -> StagedOutput:
-        """Parquet Iceberg can register: timestamps as INT64 microseconds (Spark's default INT96 is
-        not an Iceberg type), the output id as ``batch_id`` in every row (a replay's files are found
+        """Parquet Iceberg can register: timestamps as INT64 microseconds (``write_staged``; Spark's
+        default INT96 is not an Iceberg type), the output id as ``batch_id`` in every row (a replay's files are found
         and replaced by it), and the rows of each partition of ``partition_by`` in files of their own."""
         from pyspark.sql import functions as F
 
@@ -66,7 +66,6 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                                   f"the iceberg sink fills itself with the batch id. Rename it in the transform. "
                                   f"Nothing was committed.")
         out_id = batch_id if output_id is None else output_id
-        spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         data = data.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
         data, hidden = schema.stage_partitions(data, self.settings.partitions, self.where(batch_id))
         return self.write_staged(spark, data, lambda: rejected().withColumn(schema.BATCH_ID, F.lit(out_id).cast("long")),
