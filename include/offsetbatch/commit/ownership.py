@@ -36,6 +36,7 @@ def check(pipeline: str, ledger: Ledger, sink: Sink) -> None:
         return
     published = sink.published_ids()
     if not published:
+        _check_not_moved(pipeline, ledger, sink, where)
         return
     known = ledger.committed_ids(pipeline)
     unknown = [i for i in published if i not in known]
@@ -45,6 +46,24 @@ def check(pipeline: str, ledger: Ledger, sink: Sink) -> None:
             f"{where} holds {len(published)} published batch(es) ({_ids(published)}), but ledger {ledger.identity} "
             f"at {_shown(ledger)} {what}. Nothing was changed: planning from this ledger would re-read what the "
             f"table already holds. " + FIX.format(pipeline=pipeline))
+
+
+def _check_not_moved(pipeline: str, ledger: Ledger, sink: Sink, where: str) -> None:
+    """An output with no owner mark and no batch, under a ledger that has published batches of the
+    pipeline: the sink's path or table changed (a typo, a new folder). Planning on from the frontier
+    would put the new batches there and leave the earlier ones behind, splitting the pipeline's data.
+    (A batch committed but not yet published, after a crash, claims nothing yet: that is rolled
+    forward, not refused.)"""
+    last = ledger.last_published(pipeline)
+    if last is None:
+        return
+    batch_id, path = last
+    raise OwnershipError(
+        f"{where} holds no batch and no owner mark, but ledger {ledger.identity} at {_shown(ledger)} has published "
+        f"batches of pipeline {pipeline} up to batch {batch_id}, to {path}. Nothing was changed: planning on from the "
+        f"ledger's frontier would start the pipeline's data over in a new place. If the sink's path or table "
+        f"changed by mistake, set it back; to move the output, move the table with its _offsetbatch folder (or, for "
+        f"a database table, rename it back); to start over on purpose, give the pipeline a new name or a new ledger.")
 
 
 def _ids(ids: list[int], limit: int = 6) -> str:

@@ -102,6 +102,15 @@ class Ledger:
             return set(conn.execute(sa.select(batches.c.batch_id).where(
                 batches.c.pipeline == pipeline, batches.c.status == "committed")).scalars())
 
+    def last_published(self, pipeline: str) -> tuple[int, str | None] | None:
+        """(batch id, output path) of the pipeline's newest published batch, ``None`` before the
+        first publish: where the ledger says the pipeline's output is."""
+        with self.reading() as conn:
+            row = conn.execute(sa.select(batches.c.batch_id, batches.c.output_path).where(
+                batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_not(None))
+                .order_by(batches.c.batch_id.desc()).limit(1)).first()
+        return (row.batch_id, row.output_path) if row else None
+
     def dispose(self) -> None:
         self.engine.dispose()
 

@@ -89,3 +89,28 @@ def test_rebuild_refuses_overlapping_output_and_an_empty_table(tmp_path):
     _publish(sink, 2, [(0, 90, 150)])
     with pytest.raises(RebuildRefusedError, match=r"batches 1 and 2 both hold offsets \[90, 100\) of t/0"):
         plan_rebuild("orders", sink)
+
+
+def test_a_new_empty_output_under_a_ledger_that_published_elsewhere_is_refused(tmp_path):
+    """The same pipeline and ledger with a new, empty sink path would plan on from the frontier into
+    the new place and split the pipeline's data: refused, naming where the ledger published."""
+    from offsetbatch.model import OffsetRange
+
+    first = FilesSink.at(str(tmp_path / "table"), "orders")
+    moved = FilesSink.at(str(tmp_path / "tables" / "orders"), "orders")
+    with Ledger(f"sqlite:///{tmp_path}/ledger.db", create=True) as ledger:
+        with ledger.lock("orders") as conn:
+            ledger.start_partitions(conn, "orders", {T0: 0}, "earliest")
+            batch = ledger.insert_batch(conn, "orders", "incremental", [OffsetRange("t", 0, 0, 10, 0)], dag_id="d",
+                                        run_id="r1", interval=(None, None), output_path=first.settings.path)
+            ledger.commit_batch(conn, batch, {"committed_attempt": "a1"}, {T0: {"rows": 10}})
+        ownership.check("orders", ledger, moved)  # committed, not yet published (a crash): rolled forward, not refused
+        _publish(first, 1, [(0, 0, 10)])
+        first.claim(ledger.identity)
+        with ledger.lock("orders") as conn:
+            ledger.mark_published(conn, "orders", 1)
+        ownership.check("orders", ledger, first)
+        with pytest.raises(OwnershipError, match=r"the table .*/tables/orders holds no batch and no owner mark, but "
+                                                 r"ledger .* has published batches of pipeline orders up to batch 1, "
+                                                 r"to .*/table\. Nothing was changed"):
+            ownership.check("orders", ledger, moved)
