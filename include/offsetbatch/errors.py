@@ -19,7 +19,8 @@ the CLI maps the families below to its exit codes.
     │   ├── ManifestError        the job's manifest does not reconcile with the plan
     │   └── BatchStateError      the batch is not in a state that can be committed
     ├── SinkError                a sink cannot stage or publish (names the table)
-    │   └── SinkSchemaError      the batch's columns cannot go into the table (no retry helps)
+    │   ├── SinkSchemaError      the batch's columns cannot go into the table (no retry helps)
+    │   └── SinkTargetError      the sink's target does not exist (an output topic; no retry helps)
     ├── OffsetOutOfPlanError     Spark returned a record outside the planned ranges (never committed)
     ├── KafkaUnreachableError    no broker answered (a retry may help)
     ├── LedgerError              (offsetbatch.ledger) lock timeouts, stale commits, bad ledgers
@@ -90,6 +91,11 @@ class SinkError(OffsetbatchError):
 class SinkSchemaError(SinkError):
     """The batch's columns cannot go into the table (a type change the table cannot make): the
     config or the transform must change, so the task fails without retries."""
+
+
+class SinkTargetError(SinkError):
+    """The sink's target is not there for this pipeline (an output topic that does not exist):
+    someone must create it, so the task fails without retries, before the ledger transaction."""
 
 
 class ArtifactError(OffsetbatchError):

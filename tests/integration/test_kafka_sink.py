@@ -178,3 +178,38 @@ def test_key_partitioning_keys_and_values(make_pipeline, kafka_broker):
         if user is not None:
             assert r.key == str(user).encode()
             assert r.partition == (murmur2(r.key) & 0x7FFFFFFF) % OUT_PARTITIONS
+
+
+def test_a_missing_output_topic_is_refused_before_the_ledger_transaction(make_pipeline, kafka_broker):
+    """An output topic that does not exist used to be found after the batch was committed (the
+    producer timing out twice, 120 s each, naming no topic, while status said committed). Now the
+    commit refuses it while the batch is still planned, naming the topic, without retries; once
+    the topic exists, the next run commits the same batch."""
+    import yaml
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from offsetbatch.config import load_config
+
+    p = make_pipeline(transform={"sql": TRANSFORM}, sink={"event_time_column": None, "type": "kafka",
+                                                          "topic": "placeholder"})
+    out = f"missing-{p.topic}"
+    cfg = yaml.safe_load(p.config_path.read_text())
+    cfg["sink"]["topic"] = out
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    p.cfg = load_config(p.config_path)
+    p.produce(120, start=BASE, hours=1)
+
+    refused = p.run(BASE)
+    refused.assert_failed_with(f"topic(s) {out} do not exist on {p.bootstrap}")
+    assert "AirflowFailException" in refused.output and "Nothing was committed; the batch stays planned" in refused.output
+    [batch] = p.ledger.list_batches(p.name, 10)
+    assert batch.status == "planned" and set(p.ledger.frontier_now(p.name).values()) == {0}
+
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(out, OUT_PARTITIONS, 1)])
+    finally:
+        admin.close()
+    assert p.run(BASE + H).ok  # the pending batch first, unchanged
+    assert [b.status for b in p.ledger.list_batches(p.name, 10)][-1] == "committed"
+    _check_exactly_once_in_order(p, _read(p.bootstrap, out, "read_committed"))

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from offsetbatch.errors import ConfigError, PipelineError, SinkSchemaError
+from offsetbatch.errors import ConfigError, PipelineError, SinkSchemaError, SinkTargetError
 from offsetbatch.ledger.errors import LedgerMissingError, OwnershipError
 
 # PipelineError: RunRequestError, BackfillRefusedError, DataLossError, PartitionVanishedError,
 # TopicNotFoundError: a run refused before anything changed, the same on every attempt.
 PERMANENT: tuple[type[Exception], ...] = (PipelineError, ConfigError, OwnershipError, LedgerMissingError,
-                                          SinkSchemaError)
+                                          SinkSchemaError, SinkTargetError)
 
 
 def is_permanent(exc: BaseException) -> bool:

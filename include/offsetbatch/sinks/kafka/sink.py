@@ -103,14 +103,28 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                 f"sink.republish: true and trigger it again.")
 
     def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
-        """A replay planned before ``republish`` was turned off is refused here, still planned."""
-        if output_id != batch_id and not self.settings.republish:
-            from offsetbatch.errors import SinkSchemaError
+        """Before the ledger transaction, while the batch is still planned: a replay planned before
+        ``republish`` was turned off, and output or dead-letter topics that do not exist (after the
+        transaction the producer would time out on them, with the batch already committed)."""
+        from offsetbatch.errors import SinkSchemaError, SinkTargetError
+        from offsetbatch.source.admin import KafkaAdmin
+        from offsetbatch.source.connection import from_connection
 
+        if output_id != batch_id and not self.settings.republish:
             raise SinkSchemaError(
                 f"{self.where(batch_id)}: this batch re-reads batch {output_id}'s offsets and sink.republish is "
                 f"false: its records would be in the topic twice. Nothing was committed. Set sink.republish: true, "
                 f"or leave the batch planned.")
+        wanted = [t for t in (self.settings.topic, self.settings.dead_letter_topic) if t]
+        with KafkaAdmin(from_connection(self.settings.conn_id)) as kafka:
+            found = {tp.topic for tp in kafka.partitions(wanted)}
+            missing = [t for t in wanted if t not in found]
+            if missing:
+                raise SinkTargetError(
+                    f"{self.where(batch_id)}: topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap} "
+                    f"(connection '{self.settings.conn_id}'). Nothing was committed; the batch stays planned. Create "
+                    f"them (replication 3 and min.insync.replicas 2 recommended), then clear the commit task or let "
+                    f"the next run commit the batch.")
 
     def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
                 kind: str = "") -> None:
