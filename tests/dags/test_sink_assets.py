@@ -44,8 +44,17 @@ def test_every_sinks_asset_names_its_target_not_its_staging(tmp_path, kind, out_
     }[kind]
     asset = _outlet(tmp_path, f"orders_{kind}", sink, ledger)
     assert asset.uri == expected
-    assert asset.name == f"offsetbatch.orders_{kind}"
+    assert asset.name == expected  # one target, one asset, whichever pipelines write it
     assert "staging" not in asset.uri and "s3cret" not in asset.uri and "kafka-secret" not in asset.uri
+
+
+def test_two_pipelines_writing_one_table_update_one_asset(tmp_path):
+    """Airflow deactivates an asset whose URI another active asset holds under another name (and
+    fails its tasks): the asset is the target, named by its URI, not one per pipeline."""
+    sink = f"{{type: iceberg, namespace: lake, table: orders, warehouse: {tmp_path}/wh, path: {tmp_path}/stage"
+    first = _outlet(tmp_path, "orders_eu", sink + "_eu}")
+    second = _outlet(tmp_path, "orders_us", sink + "_us}")
+    assert (first.name, first.uri) == (second.name, second.uri) == ("iceberg://offsetbatch/lake/orders",) * 2
 
 
 def test_an_unresolvable_connection_names_the_asset_after_it_and_keeps_the_dag(tmp_path):

@@ -127,8 +127,11 @@ def _build(cfg: PipelineConfig, path: Path):
 
     cfg_path = str(path)
     sink = Pipeline(cfg).sink
-    # The outlet is the sink's real target (a table, an Iceberg table, a topic), never its staging.
-    asset = Asset(name=f"offsetbatch.{cfg.name}", uri=sink.asset_uri())
+    # The outlet is the sink's real target (a table, an Iceberg table, a topic), never its staging;
+    # named by its URI, so pipelines that write one target update one asset (Airflow deactivates an
+    # asset whose URI another active asset has under another name, and fails its tasks).
+    uri = sink.asset_uri()
+    asset = Asset(name=uri, uri=uri)
 
     @dag(
         dag_id=cfg.dag_id,
