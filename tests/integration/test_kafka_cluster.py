@@ -6,6 +6,8 @@ Apart from test_kafka_broker.py (the single broker), so each file stays well und
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from harness import worker_port
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -57,13 +59,20 @@ def _consume_all(bootstrap: str, topic: str, partitions: int) -> list[bytes]:
 
 
 def _min_isr(cluster: KafkaCluster, topic: str) -> str:
-    admin = cluster.admin_client()
-    try:
-        cfg = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, ["min.insync.replicas"])],
-                                     config_filter="all")  # kafka-python's default: only modified keys
-    finally:
-        admin.close()
-    return cfg["topic"][topic]["min.insync.replicas"]["value"]
+    """The topic's effective min.insync.replicas. A broker that has just learned of the topic can
+    answer with no configs for it yet: ask again until it has them (bounded)."""
+    deadline = time.monotonic() + 30
+    while True:
+        admin = cluster.admin_client()
+        try:
+            cfg = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, ["min.insync.replicas"])],
+                                         config_filter="all")  # kafka-python's default: only modified keys
+        finally:
+            admin.close()
+        found = cfg["topic"][topic].get("min.insync.replicas")
+        if found is not None or time.monotonic() > deadline:
+            assert found is not None, f"no broker reported min.insync.replicas of {topic} within 30 s: {cfg}"
+            return found["value"]
 
 
 def test_three_replicas_and_min_isr_two_by_default_and_on_request(kafka_cluster):

@@ -92,8 +92,10 @@ def _configs(args) -> dict[str, PipelineConfig]:
     """The installed pipelines (``--pipelines``, else ``OFFSETBATCH_PIPELINES``: what the DAGs and the
     UI see too), or the one the command names. A source that is missing or holds no pipeline is a
     usage error, not an empty (and successful) answer; a config file that does not load is one
-    warning on stderr and does not stop commands about the other pipelines."""
+    warning on stderr and does not stop commands about the other pipelines (a command over every
+    pipeline still exits 2 after its output: ``main``)."""
     found = installed.read(args.pipelines)
+    args.broken_configs = len(found.errors)
     if found.missing:
         raise ConfigError(found.missing[0])
     for problem in found.errors:
@@ -501,7 +503,10 @@ def main(argv: list[str] | None = None) -> int:
     ours.setLevel(logging.INFO)
     try:
         with _stdout_for_output_only():
-            return args.func(args, out)
+            code = args.func(args, out)
+        if code == EXIT_OK and getattr(args, "broken_configs", 0) and not getattr(args, "pipeline", None):
+            return EXIT_USAGE  # every pipeline was asked for, and some config does not load (warned above)
+        return code
     except tuple(ERRORS) as exc:
         code = next(c for kind, c in ERRORS.items() if isinstance(exc, kind))
         print(f"error: {_error_text(exc)}", file=sys.stderr)

@@ -219,6 +219,24 @@ def test_status_shows_data_lost_in_the_last_24_hours(pipeline, capsys, monkeypat
     assert "data lost in the last 24 h: 110 records in 2 gap(s)" in " ".join(out.split())
 
 
+def test_a_config_that_does_not_load_stops_no_command_about_the_others(pipeline, capsys, monkeypatch):
+    """One broken YAML next to a good one: commands about the good pipeline work (one warning line
+    naming the file and field); a command over every pipeline answers for the good ones, then
+    exits 2 so scripts see the broken config."""
+    monkeypatch.setattr(KafkaAdmin, "for_connection", lambda conn_id, isolation_level=None: FakeKafka())
+    folder, _ = pipeline
+    (folder / "broken.yaml").write_text("name: broken\n")
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status", "orders")
+    assert code == cli.EXIT_OK and [st["pipeline"] for st in json.loads(out)] == ["orders"]
+    [warning] = err.strip().splitlines()
+    assert warning.startswith("warning: ") and "broken.yaml" in warning and "field 'kafka'" in warning
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status")
+    assert code == cli.EXIT_USAGE and [st["pipeline"] for st in json.loads(out)] == ["orders"]
+    assert "broken.yaml" in err
+    code, out, err = _run(capsys, "--pipelines", str(folder), "--json", "status", "broken")
+    assert code == cli.EXIT_NOT_FOUND and out == "" and "1 config file(s) do not load (warned above)" in err
+
+
 def test_the_ui_looks_for_audit_events_among_the_newest_events_only(pipeline):
     from offsetbatch.ledger import queries
 
