@@ -43,10 +43,14 @@ def secure_pipeline(make_pipeline, secure_kafka_broker):
 
 
 class ProcessWatch:
-    """Every process's command line, sampled while runs go on (what ``ps`` would show anyone)."""
+    """Every process's command line, sampled while runs go on (what ``ps`` would show anyone), and
+    the environment (``/proc/<pid>/environ``) of the Spark job's processes: its JVM and its Python."""
+
+    JOB = ("SparkSubmit", "offsetbatch_job.py", "pyspark.daemon", "pyspark/daemon")
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
+        self.environs: dict[int, tuple[str, str]] = {}  # pid -> (command line, environment)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -54,7 +58,22 @@ class ProcessWatch:
         while not self._stop.is_set():
             out = subprocess.run(["ps", "-eww", "-o", "args", "--no-headers"], capture_output=True, text=True).stdout
             self.seen.update(out.splitlines())
+            self._sample_environs()
             self._stop.wait(0.2)  # sampling interval
+
+    def _sample_environ(self, proc: Path) -> None:
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if any(mark in cmdline for mark in self.JOB) and int(proc.name) not in self.environs:
+                environ = (proc / "environ").read_bytes().replace(b"\0", b"\n").decode(errors="replace")
+                self.environs[int(proc.name)] = (cmdline, environ)
+        except OSError:  # the process ended meanwhile
+            pass
+
+    def _sample_environs(self) -> None:
+        for proc in Path("/proc").iterdir():
+            if proc.name.isdigit():
+                self._sample_environ(proc)
 
     def __enter__(self) -> "ProcessWatch":
         self._thread.start()
@@ -92,6 +111,14 @@ def test_hourly_runs_over_sasl_ssl_through_crashes_are_exactly_once_and_leak_no_
     assert report.ok, report.summary()
     assert any("SparkSubmit" in line or "spark-submit" in line for line in ps.seen), "the sampler saw the job"
     assert any("--kafka-secrets" in line for line in ps.seen), "the job got its secrets by file"
+    # the job's processes run without the task's secrets: the connection (AIRFLOW_CONN_*) is not in
+    # the environment of the Spark JVM or of the job's Python, where a transform could read it
+    sampled = list(ps.environs.values())
+    assert any("SparkSubmit" in cmd for cmd, _ in sampled) and any("offsetbatch_job.py" in cmd and "java" not in
+                                                                    cmd.split()[0] for cmd, _ in sampled), \
+        "the sampler read the environment of the job's JVM and of its Python"
+    leaked = [cmd[:120] for cmd, env in sampled if p.password in env or "AIRFLOW_CONN_" in env]
+    assert leaked == [], f"connection secrets in the job's environment: {leaked}"
 
     # group progress published by the pipeline user (READ on its group), read back by the admin
     with KafkaAdmin(from_settings("admin", secure_kafka_broker.connection_extra("admin"))) as admin:

@@ -12,12 +12,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from offsetbatch.dag.spark_jars import spark_connector_jars
 from offsetbatch.paths import PROJECT_ROOT
 
 JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
+
+
+class _ScrubbedSparkSubmitHook(SparkSubmitHook):
+    """spark-submit with the task's environment less its secrets (``dag.job_environment``)."""
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        from offsetbatch.dag.job_environment import job_environment
+
+        env = job_environment()
+        env.update(self._env or {})  # the operator's own env_vars, if a user set any
+        self._env = None  # else the hook would start from os.environ again
+        kwargs["env"] = env
+        return super().submit(application, **kwargs)
 
 
 class BatchSparkSubmitOperator(SparkSubmitOperator):
