@@ -26,11 +26,11 @@ log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 120
 
 
-def url_from_connection(conn_id: str) -> str:
+def url_from_connection(conn_id: str, field: str = "ledger.conn_id") -> str:
     """SQLAlchemy URL of an Airflow connection (``sqlite`` host = file path; ``postgres``)."""
-    from airflow.sdk import BaseHook
+    from offsetbatch.config.connections import get_connection
 
-    conn = BaseHook.get_connection(conn_id)
+    conn = get_connection(conn_id, field)
     if conn.conn_type == "sqlite":
         return f"sqlite:///{conn.host}"
     if conn.conn_type in ("postgres", "postgresql"):

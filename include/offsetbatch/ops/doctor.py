@@ -50,9 +50,9 @@ def _connector() -> str:
 
 
 def _airflow_conn(conn_id: str, conn_type: str) -> str:
-    from airflow.sdk import BaseHook
+    from offsetbatch.config.connections import get_connection
 
-    conn = BaseHook.get_connection(conn_id)
+    conn = get_connection(conn_id, f"{conn_type} connection")
     if conn.conn_type != conn_type:
         raise RuntimeError(f"connection {conn_id} has conn_type {conn.conn_type!r}, expected {conn_type!r}")
     if conn_type == "spark" and not conn.host:

@@ -25,7 +25,7 @@ def kafka_topic_uri(conn_id: str, topic: str) -> str:
     from offsetbatch.source.connection import from_connection
 
     try:
-        server = from_connection(conn_id).bootstrap.split(",")[0].strip()
+        server = from_connection(conn_id, "sink.conn_id").bootstrap.split(",")[0].strip()
     except Exception as exc:  # noqa: BLE001 - a name must never cost the DAG
         log.warning("Kafka connection %r cannot be read while the DAG is built (%s): the asset of topic %s is "
                     "named after the connection id", conn_id, exc, topic)

@@ -225,11 +225,12 @@ def from_settings(conn_id: str, extra: dict[str, Any], host: str | None = None, 
     return KafkaClientConfig(conn_id, settings)
 
 
-def from_connection(conn_id: str) -> KafkaClientConfig:
-    """The client settings of an Airflow connection (environment, metadata DB or a secrets backend)."""
-    from airflow.sdk import BaseHook
+def from_connection(conn_id: str, field: str = "kafka.conn_id") -> KafkaClientConfig:
+    """The client settings of an Airflow connection (environment, metadata DB or a secrets backend);
+    ``field``: the config field that names it, for the error when it is not defined."""
+    from offsetbatch.config.connections import get_connection
 
-    conn = BaseHook.get_connection(conn_id)
+    conn = get_connection(conn_id, field)
     return from_settings(conn_id, conn.extra_dejson, conn.host, conn.port, conn.login, conn.password)
 
 

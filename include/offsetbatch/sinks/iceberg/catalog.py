@@ -41,7 +41,7 @@ def catalog_url(settings: "IcebergSettings", pipeline: str) -> str:
     else:
         from offsetbatch.ledger.engine import url_from_connection
 
-        url = url_from_connection(target)
+        url = url_from_connection(target, "sink.catalog")
     u = sa.make_url(url)
     if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:" and settings.catalog_is_ledger:
         # the ledger's own SQLite file: use the sibling file (module docstring)

@@ -116,7 +116,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                 f"false: its records would be in the topic twice. Nothing was committed. Set sink.republish: true, "
                 f"or leave the batch planned.")
         wanted = [t for t in (self.settings.topic, self.settings.dead_letter_topic) if t]
-        with KafkaAdmin(from_connection(self.settings.conn_id)) as kafka:
+        with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as kafka:
             found = {tp.topic for tp in kafka.partitions(wanted)}
             missing = [t for t in wanted if t not in found]
             if missing:
@@ -182,7 +182,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
 
         from offsetbatch.source.connection import from_connection
 
-        client = from_connection(self.settings.conn_id)
+        client = from_connection(self.settings.conn_id, "sink.conn_id")
         return KafkaProducer(**client.kafka_python(), transactional_id=self.transactional_id,
                              enable_idempotence=True, acks="all", max_block_ms=120_000,
                              **self.settings.producer_kwargs())
@@ -259,7 +259,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         from offsetbatch.source.admin import KafkaAdmin
         from offsetbatch.source.connection import from_connection
 
-        with KafkaAdmin(from_connection(self.settings.conn_id)) as kafka:
+        with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as kafka:
             found = kafka.group_marker(self.marker_group, TopicPartition(self.settings.topic, MARKER_PARTITION))
         return json.loads(found[1]) if found and found[1] else None
 
@@ -291,7 +291,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         aborted transactions (a crashed publish) never show."""
         from offsetbatch.source.connection import from_connection
 
-        opts = from_connection(self.settings.conn_id).spark_options()
+        opts = from_connection(self.settings.conn_id, "sink.conn_id").spark_options()
         return (spark.read.format("kafka").options(**opts).option("subscribe", self.settings.topic)
                 .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest").load())
 
