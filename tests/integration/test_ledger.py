@@ -233,3 +233,24 @@ def test_concurrent_planners_create_exactly_one_batch(ledger, kafka_broker, topi
     assert sorted(r.outcome for r in results) == ["new"] + ["pending"] * 7
     assert {r.batch.batch_id for r in results} == {1}
     assert len(ledger.list_batches(cfg.name)) == 1
+
+
+def test_a_read_only_ledger_is_one_clear_refusal_without_retries(postgres):
+    """A ledger database that refuses writes (here PostgreSQL's default_transaction_read_only, as on a
+    read replica): reads work, and the first write is a LedgerReadOnlyError naming the pipeline and
+    the ledger, which the tasks fail at once instead of retrying the driver's raw error."""
+    from offsetbatch.dag.retry_policy import is_permanent
+    from offsetbatch.ledger import LedgerReadOnlyError
+
+    name = f"ledger_ro_{uuid.uuid4().hex[:8]}"
+    url = postgres.create_database(name)
+    with Ledger(url, create=True) as ledger:
+        with ledger.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(sa.text(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on'))
+    with Ledger(url) as ledger:
+        assert ledger.committed_ids("orders") == set()
+        with pytest.raises(LedgerReadOnlyError, match=r"pipeline orders: the ledger at postgresql.* cannot be written "
+                                                      r"\(.*read-only transaction.*\); nothing was changed") as refused:
+            with ledger.lock("orders"):
+                pass
+    assert is_permanent(refused.value)

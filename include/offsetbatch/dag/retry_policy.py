@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from offsetbatch.errors import ConfigError, PipelineError, SinkSchemaError, SinkTargetError
-from offsetbatch.ledger.errors import LedgerMissingError, OwnershipError
+from offsetbatch.ledger.errors import LedgerMissingError, LedgerReadOnlyError, OwnershipError
 
 # PipelineError: RunRequestError, BackfillRefusedError, DataLossError, PartitionVanishedError,
 # TopicNotFoundError: a run refused before anything changed, the same on every attempt.
 PERMANENT: tuple[type[Exception], ...] = (PipelineError, ConfigError, OwnershipError, LedgerMissingError,
-                                          SinkSchemaError, SinkTargetError)
+                                          LedgerReadOnlyError, SinkSchemaError, SinkTargetError)
 
 
 def is_permanent(exc: BaseException) -> bool:

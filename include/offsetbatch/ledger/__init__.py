@@ -8,11 +8,12 @@ from offsetbatch.ledger.errors import (
     LedgerError,
     LedgerLockTimeout,
     LedgerMissingError,
+    LedgerReadOnlyError,
     LedgerUnreachableError,
     OwnershipError,
     StaleCommitError,
 )
 from offsetbatch.ledger.store import Ledger
 
-__all__ = ["Ledger", "LedgerError", "LedgerLockTimeout", "LedgerMissingError", "LedgerUnreachableError",
+__all__ = ["Ledger", "LedgerError", "LedgerLockTimeout", "LedgerMissingError", "LedgerReadOnlyError", "LedgerUnreachableError",
            "OwnershipError", "StaleCommitError"]

@@ -20,7 +20,8 @@ from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
 from offsetbatch.ledger import schema
-from offsetbatch.ledger.errors import LedgerError, LedgerLockTimeout, LedgerMissingError, LedgerUnreachableError
+from offsetbatch.ledger.errors import (LedgerError, LedgerLockTimeout, LedgerMissingError, LedgerReadOnlyError,
+                                       LedgerUnreachableError)
 
 log = logging.getLogger(__name__)
 LOCK_TIMEOUT_S = 120
@@ -138,9 +139,9 @@ def migrate(engine: sa.Engine) -> int:
 @contextmanager
 def pipeline_lock(engine: sa.Engine, pipeline: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
     """One transaction holding the pipeline's lock; commits on success, rolls back on error."""
-    _ensure_pipeline_row(engine, pipeline)
     t0 = time.monotonic()
     try:
+        _ensure_pipeline_row(engine, pipeline)
         with engine.connect() as conn:
             if engine.dialect.name == "sqlite":
                 # Before BEGIN IMMEDIATE: how long to wait for another writer (raw connection, no autobegin).
@@ -152,8 +153,15 @@ def pipeline_lock(engine: sa.Engine, pipeline: str, timeout_s: float = LOCK_TIME
                 if waited > 1:
                     log.info("pipeline %s: got the ledger lock after waiting %.1fs for another run", pipeline, waited)
                 yield conn
-    except OperationalError as exc:
-        if "locked" in str(exc).lower() or "lock timeout" in str(exc).lower():
+    except sa.exc.DBAPIError as exc:
+        text = str(exc.orig or exc).lower()
+        if "readonly database" in text or "read-only transaction" in text:
+            raise LedgerReadOnlyError(
+                f"pipeline {pipeline}: the ledger at {engine.url.render_as_string(hide_password=True)} cannot be "
+                f"written ({str(exc.orig or exc).strip().splitlines()[0]}); nothing was changed. Make it writable for "
+                f"the user that runs the Airflow tasks (for SQLite, the file and its folder), or point ledger.url "
+                f"or the ledger's connection at a writable database.") from None
+        if isinstance(exc, OperationalError) and ("locked" in text or "lock timeout" in text):
             raise LedgerLockTimeout(
                 f"pipeline {pipeline}: another run held the ledger lock for more than {timeout_s:.0f}s; "
                 f"nothing was changed. Check for a stuck plan/commit task of this pipeline and retry."

@@ -19,6 +19,10 @@ class LedgerUnreachableError(LedgerError):
     """The ledger database could not be reached (server down, wrong host, bad credentials)."""
 
 
+class LedgerReadOnlyError(LedgerError):
+    """The ledger cannot be written (a read-only file or database): no retry fixes that."""
+
+
 class OwnershipError(LedgerError):
     """The ledger and the pipeline's table do not belong together (a lost, replaced or mistyped ledger)."""
 

@@ -114,3 +114,4 @@ def test_a_new_empty_output_under_a_ledger_that_published_elsewhere_is_refused(t
                                                  r"ledger .* has published batches of pipeline orders up to batch 1, "
                                                  r"to .*/table\. Nothing was changed"):
             ownership.check("orders", ledger, moved)
+
