@@ -3,10 +3,12 @@ checked record by record against what was produced (docs/architecture.md, Invari
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import sqlalchemy as sa
 
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch_dev import verify
@@ -32,9 +34,28 @@ def test_hourly_runs_land_every_record_exactly_once(make_pipeline):
     assert report.ok, report.summary()
     assert report.rejected_found == len(produced.malformed) > 0
     assert verify.output_batches(p.table) == Counter({b.batch_id: b.stats["rows_out"] for b in batches})
+    # Each commit's asset event, as Airflow stored it, names the target and the batch's exact ranges.
+    assert _asset_events(p) == [(f"file://{p.table}", [str(r) for r in b.ranges]) for b in batches]
     # Progress is published to the pipeline's consumer group, readable by standard lag tools.
     with KafkaAdmin(p.bootstrap) as kafka:
         assert kafka.group_offsets(p.cfg.group_id) == p.ledger.frontier_now(p.name)
+
+
+def _asset_events(p) -> list[tuple[str, list[str]]]:
+    """The DAG's asset events in Airflow's metadata database: (asset URI, the ranges of their batches)."""
+    engine = sa.create_engine(p.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text(
+                "SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                "WHERE e.source_dag_id = :dag ORDER BY e.id"), {"dag": p.dag_id}).all()
+    finally:
+        engine.dispose()
+    out = []
+    for uri, extra in rows:
+        extra = json.loads(extra) if isinstance(extra, str) else extra
+        out.append((uri, [r for b in extra["batches"] for r in b["ranges"]]))
+    return out
 
 
 def test_clearing_a_committed_run_changes_nothing(make_pipeline):

@@ -5,6 +5,7 @@ and the password in no process argument, job spec, manifest or log."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import tempfile
 import threading
@@ -44,13 +45,15 @@ def secure_pipeline(make_pipeline, secure_kafka_broker):
 
 class ProcessWatch:
     """Every process's command line, sampled while runs go on (what ``ps`` would show anyone), and
-    the environment (``/proc/<pid>/environ``) of the Spark job's processes: its JVM and its Python."""
+    the environment (``/proc/<pid>/environ``) of the Spark job's processes (its JVM and its Python)
+    that this test started: another worker's tests run jobs of their own meanwhile."""
 
     JOB = ("SparkSubmit", "offsetbatch_job.py", "pyspark.daemon", "pyspark/daemon")
 
     def __init__(self) -> None:
         self.seen: set[str] = set()
         self.environs: dict[int, tuple[str, str]] = {}  # pid -> (command line, environment)
+        self._me = os.getpid()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -61,10 +64,24 @@ class ProcessWatch:
             self._sample_environs()
             self._stop.wait(0.2)  # sampling interval
 
+    @staticmethod
+    def _parent(pid: int) -> int:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 2:].split()[1])  # the field after the state; comm may hold spaces
+
+    def _ours(self, pid: int) -> bool:
+        """Started by this test (a descendant of this process), not by a test on another worker."""
+        while pid > 1:
+            pid = self._parent(pid)
+            if pid == self._me:
+                return True
+        return False
+
     def _sample_environ(self, proc: Path) -> None:
         try:
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if any(mark in cmdline for mark in self.JOB) and int(proc.name) not in self.environs:
+            if any(mark in cmdline for mark in self.JOB) and int(proc.name) not in self.environs \
+                    and self._ours(int(proc.name)):
                 environ = (proc / "environ").read_bytes().replace(b"\0", b"\n").decode(errors="replace")
                 self.environs[int(proc.name)] = (cmdline, environ)
         except OSError:  # the process ended meanwhile

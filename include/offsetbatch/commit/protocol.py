@@ -40,6 +40,7 @@ class CommitResult:
     batch_id: int
     outcome: str  # "committed" | "already_committed"
     stats: dict
+    ranges: list[str]  # the batch's offset ranges, "topic/partition[from,until)"
 
 
 def _already_committed(pipeline: Pipeline, publication: Publication, batch: Batch, attempt: str) -> CommitResult:
@@ -54,7 +55,7 @@ def _already_committed(pipeline: Pipeline, publication: Publication, batch: Batc
         pipeline.sink.discard(batch.batch_id, attempt)  # a redundant re-execution's output
         log.info("pipeline %s batch %d: already committed (attempt %s); output of attempt %s discarded",
                  pipeline.name, batch.batch_id, winner, attempt)
-    return CommitResult(batch.batch_id, "already_committed", batch.stats)
+    return CommitResult(batch.batch_id, "already_committed", batch.stats, [str(r) for r in batch.ranges])
 
 
 def commit_batch(pipeline: Pipeline, ledger: Ledger, batch_id: int, attempt: str,
@@ -102,4 +103,4 @@ def commit_batch(pipeline: Pipeline, ledger: Ledger, batch_id: int, attempt: str
              f", replacing the output of batch {batch.target_batch_id}" if batch.target_batch_id else "")
     if kafka is not None and batch.moves_frontier:
         publish_progress(cfg, ledger, kafka)
-    return CommitResult(batch_id, "committed", stats)
+    return CommitResult(batch_id, "committed", stats, [str(r) for r in batch.ranges])

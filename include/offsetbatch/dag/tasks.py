@@ -203,8 +203,8 @@ def _progress_client(pipeline: Pipeline) -> KafkaAdmin | None:
 
 
 def commit_step(pipeline: Pipeline, batch_ids: list[int], attempt: str) -> dict:
-    """Commit the batches of a run whose Spark job finished, in batch order; returns the stats for
-    the Asset event (totals, and per batch)."""
+    """Commit the batches of a run whose Spark job finished, in batch order; returns the Asset
+    event's extra: totals, and per batch its offset ranges and stats."""
     with pipeline.ledger() as ledger:
         ownership.check(pipeline.name, ledger, pipeline.sink)
         per_batch = []
@@ -212,7 +212,7 @@ def commit_step(pipeline: Pipeline, batch_ids: list[int], attempt: str) -> dict:
         try:
             for batch_id in batch_ids:
                 result = commit_batch(pipeline, ledger, batch_id, attempt, kafka)
-                per_batch.append({"batch_id": batch_id, "outcome": result.outcome,
+                per_batch.append({"batch_id": batch_id, "outcome": result.outcome, "ranges": result.ranges,
                                   **{k: v for k, v in result.stats.items()
                                      if isinstance(v, (int, float, str)) or v is None}})
         finally:

@@ -188,7 +188,3 @@ def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
                            {"error": f"{type(exc).__name__}: {text[:600]}"})
     except Exception:  # noqa: BLE001 - the original error matters more than its note
         log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

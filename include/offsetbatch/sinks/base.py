@@ -114,9 +114,11 @@ class Sink(ABC):
     def target(self) -> str:
         """What readers read, as messages name it: ``table /data/events``, ``Iceberg table ns.t``."""
 
-    def where(self, batch_id: int | None = None) -> str:
-        """The prefix of every message about this sink: pipeline, batch, target."""
-        return f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "") + f", {self.target}"
+    def where(self, batch_id: int | None = None, target: str | None = None) -> str:
+        """The prefix of every message about this sink: pipeline, batch, target (``target`` names
+        another object of the sink's, such as its rejected-records table)."""
+        return (f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "")
+                + f", {target or self.target}")
 
     @abstractmethod
     def asset_uri(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from offsetbatch.dag.job_environment import job_environment
 
 TASK = {
@@ -20,3 +22,35 @@ def test_the_job_keeps_what_spark_needs_and_no_secret():
     assert set(env) == {"PATH", "JAVA_HOME", "PYSPARK_PYTHON", "SPARK_LOCAL_IP", "_SPARK_AUTH_SECRET",
                         "HADOOP_TOKEN_FILE_LOCATION", "OFFSETBATCH_FAULTS", "AIRFLOW_HOME", "AIRFLOW__CORE__EXECUTOR"}
     assert not [v for v in ("p1", "v1", "f1", "p2", "j1", "p3", "t1", "c1") if v in "".join(env.values())]
+
+
+def test_the_operator_starts_spark_submit_from_the_scrubbed_environment(monkeypatch):
+    """The operator's own hook, up to the process start: Popen gets the scrubbed environment plus the
+    operator's ``env_vars``, whatever the provider's hook would have started from."""
+    from airflow.providers.apache.spark.hooks import spark_submit as hook_module
+
+    from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_UNIT", '{"conn_type": "spark", "host": "local[1]"}')
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_UNIT", '{"conn_type": "kafka", "password": "p1"}')
+    monkeypatch.setenv("OFFSETBATCH_KAFKA_PASSWORD", "p3")
+    started = {}
+
+    class Started(Exception):
+        pass
+
+    def popen(cmd, **kwargs):
+        started.update(cmd=cmd, env=kwargs["env"])
+        raise Started
+
+    monkeypatch.setattr(hook_module.subprocess, "Popen", popen)
+    op = BatchSparkSubmitOperator(task_id="spark_job", config_path="p.yaml", conn_id="spark_unit",
+                                  env_vars={"MY_SETTING": "1"})
+    try:
+        op._get_hook().submit("job.py")
+    except Started:
+        pass
+    assert started["cmd"][-1] == "job.py"
+    env = started["env"]
+    assert env["MY_SETTING"] == "1" and env["PATH"] == os.environ["PATH"]
+    assert not [k for k in env if k.startswith("AIRFLOW_CONN_")] and "p3" not in env.values()

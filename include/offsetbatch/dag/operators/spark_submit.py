@@ -22,15 +22,23 @@ JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
 
 
 class _ScrubbedSparkSubmitHook(SparkSubmitHook):
-    """spark-submit with the task's environment less its secrets (``dag.job_environment``)."""
+    """spark-submit started from the task's environment less its secrets (``dag.job_environment``).
+
+    The provider's hook starts the process from ``os.environ`` plus ``env_vars`` whenever it has
+    ``env_vars`` (it sets ``_env`` while building the command); here the process always starts from
+    the scrubbed environment, with the operator's ``env_vars`` on top.
+    """
+
+    def _build_spark_submit_command(self, application: str) -> list[str]:
+        command = super()._build_spark_submit_command(application)
+        self._env = None  # else submit() would start from os.environ again
+        return command
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         from offsetbatch.dag.job_environment import job_environment
 
-        env = job_environment()
-        env.update(self._env or {})  # the operator's own env_vars, if a user set any
-        self._env = None  # else the hook would start from os.environ again
-        kwargs["env"] = env
+        extra = {key: str(value) for key, value in (self._env_vars or {}).items()}
+        kwargs["env"] = {**job_environment(), **extra}
         return super().submit(application, **kwargs)
 
 
@@ -50,6 +58,13 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         super().__init__(**kwargs)
         self.config_path = config_path
         self.plan_task_id = plan_task_id
+
+    def _get_hook(self) -> SparkSubmitHook:
+        # The provider builds its hook from some 30 operator fields; the same object with the
+        # scrubbed submit (a subclass that adds no state) keeps that list in one place: theirs.
+        hook = super()._get_hook()
+        hook.__class__ = _ScrubbedSparkSubmitHook
+        return hook
 
     def execute(self, context: Any) -> str:
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare

@@ -83,7 +83,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                 table = _load(catalog, ident)
                 if table is not None and files:
                     schema.check(table.schema(), storage.parquet_schema(files[0]),
-                                 f"pipeline {self.pipeline} batch {batch_id}, Iceberg table {'.'.join(ident)}")
+                                 self.where(batch_id, f"Iceberg table {'.'.join(ident)}"))
 
     def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
                 kind: str = "") -> None:
@@ -109,7 +109,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                        batch_id: int, output_id: int, attempt: str, kind: str, manifest: Manifest,
                        retired: list[int]) -> None:
         name = ".".join(ident)
-        where = f"pipeline {self.pipeline} batch {batch_id}, Iceberg table {name}"
+        where = self.where(batch_id, f"Iceberg table {name}")
         table = _load(catalog, ident)
         if table is not None and (done := markers.applied(table, batch_id)) is not None:
             log.info("%s: already holds this batch (snapshot %d); not added again", where, done.snapshot_id)
