@@ -32,7 +32,22 @@ BAD = {
     "bad_module": ({"transform": {"python": "no_such_transforms.clean"}}, "transform.python",
                    "cannot import module 'no_such_transforms' (ModuleNotFoundError"),
     "bad_cron": ({"airflow": {"schedule": "every hour"}}, "airflow.schedule", "'every hour' is not a cron expression"),
+    "never_fires": ({"airflow": {"schedule": "0 0 31 2 *"}}, "airflow.schedule", "'0 0 31 2 *' never fires"),
+    "write_back": ({"kafka": {"topics": ["events"]},
+                    "sink": {"type": "kafka", "topic": "events", "path": "${OFFSETBATCH_HOME}/bad-configs/write-back"}},
+                   "(top level)", "sink.topic 'events' is a topic this pipeline reads"),
+    "relative_ledger": ({"ledger": {"url": "sqlite:///relative_ledger.db"}}, "ledger.url",
+                        "is a relative SQLite path, which each task resolves against its own working directory"),
+    "reflect": ({"transform": {"sql": "SELECT event_id, reflect('java.lang.System', 'getenv', 'AIRFLOW_CONN_KAFKA_DEFAULT')"
+                                      " AS leak FROM records"}}, "transform",
+                "'sql' reaches past the records into the JVM or the job hosts' files (reflect(...))"),
+    "wide_decimal": ({"value": {"format": "json", "schema": "event_id STRING, amount DECIMAL(99,200)"}}, "value.schema",
+                     "DECIMAL(99, 200) is not a Spark decimal"),
 }
+# Nine levels of nine aliases (9**9 values once expanded): refused at once, not after the DAG
+# processor's import timeout, which would hide every other DAG of its file.
+ALIAS_BOMB = "\n".join(['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]'] +
+                       [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)])
 
 
 def _write_pipeline(airflow_env: dict, root: Path, name: str, change: dict) -> tuple[Path, Path, Path]:
@@ -80,8 +95,14 @@ def test_bad_configs_are_dag_import_errors_and_plan_nothing(airflow_env, test_st
     written = {key: _write_pipeline(airflow_env, test_state / "pipelines" / f"bad_configs_{key}",
                                     f"bad_configs_{key}", change)
                for key, (change, _, _) in BAD.items()}
+    bomb, bomb_dag, _ = _write_pipeline(airflow_env, test_state / "pipelines" / "bad_configs_bomb", "bad_configs_bomb", {})
+    bomb.write_text(ALIAS_BOMB + "\n" + bomb.read_text())
     try:
-        errors = _import_errors(airflow_env, [dag_file for _, dag_file, _ in written.values()])
+        started = time.monotonic()
+        errors = _import_errors(airflow_env, [bomb_dag, *(dag_file for _, dag_file, _ in written.values())])
+        assert f"{bomb}: the YAML expands to more than 100,000 values through its anchors and aliases" \
+            in errors[str(bomb_dag)], errors[str(bomb_dag)]
+        assert time.monotonic() - started < 60, "the DAG processor would time out on it"
         for key, (config, dag_file, _) in written.items():
             _, field, message = BAD[key]
             text = errors[str(dag_file)]
@@ -98,7 +119,7 @@ def test_bad_configs_are_dag_import_errors_and_plan_nothing(airflow_env, test_st
         assert "field 'transform.sql'" in out, out[-3000:]
         assert all(not ledger.exists() for _, _, ledger in written.values()), "a ledger was created"
     finally:
-        for _, dag_file, _ in written.values():  # the DAG folder is shared by the whole session
+        for dag_file in [bomb_dag, *(dag_file for _, dag_file, _ in written.values())]:  # the DAG folder is shared
             dag_file.unlink(missing_ok=True)
 
 

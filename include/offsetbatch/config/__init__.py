@@ -7,6 +7,7 @@ in string values are expanded from the environment (sink paths, connection ids).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ from offsetbatch.formats.json_value import CORRUPT as JSON_CORRUPT
 from offsetbatch.paths import PROJECT_ROOT
 from offsetbatch.sinks import SINKS, SinkSettings, settings_for
 
+log = logging.getLogger(__name__)
 PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
 
@@ -86,6 +88,9 @@ class ValueSettings(_Model):
 class TransformSettings(_Model):
     sql: str | None = Field(None, description="Spark SQL over the view 'records'")
     python: str | None = Field(None, description="dotted path 'module.function' taking and returning a DataFrame")
+    allow_system_access: bool = Field(
+        False, description="let 'sql' call reflect/java_method or read files as tables (validation.SYSTEM_FUNCTIONS): "
+                           "such SQL can read the job's environment and its hosts' files")
 
     @field_validator("sql")
     @classmethod
@@ -104,6 +109,20 @@ class TransformSettings(_Model):
                 raise ValueError(f"must be a dotted path 'module.function', got {v!r}")
             validation.check_python_callable(v)
         return v
+
+    @model_validator(mode="after")
+    def _contained(self) -> "TransformSettings":
+        if self.sql is not None:
+            if not self.allow_system_access:
+                try:
+                    validation.check_system_access(self.sql)
+                except ValueError as exc:
+                    raise ValueError(f"'sql' {exc}") from None
+            if changing := validation.nondeterministic_functions(self.sql):
+                log.warning("transform.sql calls %s: a replay or re-run of a batch writes other values than its "
+                            "first run did (use a column of the record, such as kafka_timestamp, instead)",
+                            ", ".join(f"{name}()" for name in changing))
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -139,10 +158,28 @@ class AirflowSettings(_Model):
         """Airflow would refuse it at DAG parse without naming this file or field."""
         return validation.check_cron(v)
 
+    @model_validator(mode="after")
+    def _dates(self) -> "AirflowSettings":
+        for name in ("start_date", "end_date"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                raise ValueError(f"{name} {value.isoformat()} needs a timezone (e.g. '2026-01-01T00:00:00+00:00')")
+        if self.end_date is not None and self.end_date <= self.start_date:
+            raise ValueError(f"end_date {self.end_date.isoformat()} is not after start_date "
+                             f"{self.start_date.isoformat()}: no run would ever be scheduled; fix or remove end_date")
+        return self
+
 
 class LedgerSettings(_Model):
     conn_id: str | None = "offsetbatch_ledger"
     url: str | None = Field(None, description="SQLAlchemy URL; wins over conn_id")
+
+    @field_validator("url")
+    @classmethod
+    def _one_place(cls, v: str | None) -> str | None:
+        if v is not None:
+            validation.check_ledger_url(v)
+        return v
 
 
 class PipelineConfig(_Model):
@@ -171,6 +208,43 @@ class PipelineConfig(_Model):
             if kind in SINKS:
                 data = {**data, "sink": SINKS[kind].Settings.bind_ledger(data["sink"], data.get("ledger") or {})}
         return data
+
+    @model_validator(mode="after")
+    def _no_write_back(self) -> "PipelineConfig":
+        """A Kafka output that is one of the pipeline's own source topics (on the same connection)
+        loops: every run writes its records back, and the next run reads them again."""
+        outputs = {name: getattr(self.sink, name, None) for name in ("topic", "dead_letter_topic")}
+        if outputs["topic"] is None:
+            return self
+        if outputs["dead_letter_topic"] == outputs["topic"]:
+            raise ValueError(f"sink.dead_letter_topic is sink.topic ({outputs['topic']!r}): rejected records would "
+                             f"be mixed into the output; give the dead-letter topic a name of its own")
+        if getattr(self.sink, "conn_id", None) != self.kafka.conn_id:
+            return self  # another cluster: the plan task compares the clusters (sinks.kafka)
+        for name, topic in outputs.items():
+            if topic is not None and self.reads_topic(topic):
+                raise ValueError(
+                    f"sink.{name} {topic!r} is a topic this pipeline reads (kafka.topics/kafka.pattern, connection "
+                    f"'{self.kafka.conn_id}'): each run would write its records back into its own source and the "
+                    f"next run would read them again. Write to another topic")
+        return self
+
+    @model_validator(mode="after")
+    def _event_time_exists(self) -> "PipelineConfig":
+        """Without a transform the output's columns are known here: the parsed value's and the job's own."""
+        column = self.sink.event_time_column
+        if column is None or self.transform.sql or self.transform.python:
+            return self
+        known = FORMATS[self.value.format].output_columns(self.value.schema_ddl)
+        if known is not None and column.lower() not in {c.lower() for c in known}:
+            raise ValueError(f"sink.event_time_column {column!r} is not a column of the output (its columns: "
+                             f"{', '.join(known)}); name one of them, or add it with transform.sql")
+        return self
+
+    def reads_topic(self, topic: str) -> bool:
+        if self.kafka.topics:
+            return topic in self.kafka.topics
+        return re.fullmatch(self.kafka.pattern or "", topic) is not None
 
     @field_validator("sink", mode="before")
     @classmethod
@@ -239,11 +313,13 @@ def load_config(path: str | Path) -> PipelineConfig:
     """Read and validate one pipeline YAML file."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = validation.load_yaml(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read pipeline config: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except ValueError as exc:  # validation.load_yaml's limit on what aliases expand to
+        raise ConfigError(f"{path}: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a pipeline config is a YAML mapping, got {type(raw).__name__}")
     os.environ.setdefault("OFFSETBATCH_HOME", _default_home())

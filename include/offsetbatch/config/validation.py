@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+import yaml
+
 if TYPE_CHECKING:
     from sqlglot import exp
 
@@ -67,11 +69,16 @@ def _parse(sql: str, what: str, col_shift: int = 0, hint: str = "") -> list["exp
         logging.getLogger("sqlglot").removeFilter(quiet)
 
 
-def check_transform_sql(sql: str) -> str:
-    """Raise ``ValueError`` unless ``sql`` is one Spark SQL query that reads the view ``records``.
+# Spark SQL that reaches past the records: into the JVM (any Java method: System.getenv reads the
+# job's environment) or the files of the job's hosts (a path queried as a table, parquet.`/etc/x`).
+SYSTEM_FUNCTIONS = frozenset({"reflect", "try_reflect", "java_method", "read_files"})
+FILE_SOURCES = frozenset({"parquet", "json", "csv", "text", "orc", "avro", "binaryfile", "xml"})
+# Functions whose value differs each time a batch runs: a replay of the batch writes other values.
+NONDETERMINISTIC = frozenset({"rand", "randn", "random", "uuid", "shuffle", "current_timestamp", "now",
+                              "current_date", "curdate", "localtimestamp", "monotonically_increasing_id"})
 
-    Only syntax is checked here (sqlglot's Spark dialect); column names are checked by the job's
-    analysis on an empty frame before it reads Kafka. Returns a one-line description."""
+
+def _query(sql: str) -> "exp.Query":
     from sqlglot import exp
 
     if not sql.strip():
@@ -87,7 +94,43 @@ def check_transform_sql(sql: str) -> str:
     if not any(t.name.lower() == VIEW for t in query.find_all(exp.Table)):
         raise ValueError(f"does not read the view '{VIEW}' (the parsed Kafka records): write "
                          f"'SELECT ... FROM {VIEW} ...'")
+    return query
+
+
+def check_transform_sql(sql: str) -> str:
+    """Raise ``ValueError`` unless ``sql`` is one Spark SQL query that reads the view ``records``.
+
+    Only syntax is checked here (sqlglot's Spark dialect); column names are checked by the job's
+    analysis on an empty frame before it reads Kafka. Returns a one-line description."""
+    _query(sql)
     return f"a Spark SQL query over '{VIEW}'"
+
+
+def sql_functions(sql: str) -> set[str]:
+    """The lower-case names of the functions a (valid) query calls."""
+    from sqlglot import exp
+
+    return {(f.name if isinstance(f, exp.Anonymous) else f.sql_name()).lower() for f in _query(sql).find_all(exp.Func)}
+
+
+def check_system_access(sql: str) -> None:
+    """Raise ``ValueError`` when the query reaches the JVM or the job hosts' files (``SYSTEM_FUNCTIONS``,
+    a file path read as a table): a pipeline author could copy the job's environment or a host's
+    files into the output."""
+    from sqlglot import exp
+
+    called = sorted(sql_functions(sql) & SYSTEM_FUNCTIONS)
+    files = sorted(f"{t.db}.`{t.name}`" for t in _query(sql).find_all(exp.Table) if t.db.lower() in FILE_SOURCES)
+    if called or files:
+        what = ", ".join([f"{name}(...)" for name in called] + files)
+        raise ValueError(f"reaches past the records into the JVM or the job hosts' files ({what}): such SQL can read "
+                         f"the job's environment and any file its user may read. Remove it, or set "
+                         f"transform.allow_system_access: true if this pipeline's SQL is trusted")
+
+
+def nondeterministic_functions(sql: str) -> list[str]:
+    """The functions of ``NONDETERMINISTIC`` a query calls: each execution of a batch gives other values."""
+    return sorted(sql_functions(sql) & NONDETERMINISTIC)
 
 
 def check_schema_ddl(ddl: str, reserved: Iterable[str] = ()) -> list[str]:
@@ -107,6 +150,7 @@ def check_schema_ddl(ddl: str, reserved: Iterable[str] = ()) -> list[str]:
     if (not isinstance(create, exp.Create) or not isinstance(create.this, exp.Schema)
             or create.args.get("expression") is not None):
         raise ValueError(f"is not a list of column definitions, {_TYPES_HINT}")
+    _spark_type_bounds(create.this)
     names: list[str] = []
     for column in create.this.expressions:
         if not isinstance(column, exp.ColumnDef) or column.args.get("kind") is None:
@@ -116,6 +160,27 @@ def check_schema_ddl(ddl: str, reserved: Iterable[str] = ()) -> list[str]:
         raise ValueError(f"declares no columns, {_TYPES_HINT}")
     _no_duplicates(names, reserved)
     return names
+
+
+MAX_DECIMAL_PRECISION = 38  # Spark's DecimalType.MAX_PRECISION
+
+
+def _spark_type_bounds(columns: "exp.Schema") -> None:
+    """Types sqlglot parses but Spark refuses when the job starts: DECIMAL(p, s) needs
+    1 <= p <= 38 and 0 <= s <= p."""
+    from sqlglot import exp
+
+    for dtype in columns.find_all(exp.DataType):
+        if dtype.this != exp.DataType.Type.DECIMAL or not dtype.expressions:
+            continue
+        try:
+            bounds = [int(e.name) for e in dtype.expressions]
+        except ValueError:
+            raise ValueError(f"{dtype.sql(dialect=DIALECT)} needs whole numbers: DECIMAL(precision, scale)") from None
+        precision, scale = bounds[0], (bounds[1] if len(bounds) > 1 else 0)
+        if not 1 <= precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
+            raise ValueError(f"{dtype.sql(dialect=DIALECT)} is not a Spark decimal: precision 1..{MAX_DECIMAL_PRECISION} "
+                             f"and scale 0..precision, e.g. DECIMAL(10,2)")
 
 
 def _one_column_list(ddl: str, hint: str) -> None:
@@ -196,4 +261,64 @@ def check_cron(expression: str) -> str:
     fields = expression.split()
     if not expression.startswith("@") and len(fields) != 5:
         raise ValueError(f"{expression!r} has {len(fields)} fields (seconds or years are not supported); {hint}")
+    try:
+        croniter(expression).get_next()
+    except ValueError:  # CroniterBadDateError: no date matches (February 31st)
+        raise ValueError(f"{expression!r} never fires (no date matches it, e.g. February 30 or 31); {hint}") from None
     return expression
+
+
+def check_ledger_url(url: str) -> str:
+    """Raise ``ValueError`` for a SQLite ledger that is not one file at one absolute path: a relative
+    path resolves against each task's working directory (two tasks, two ledgers, batch 1 planned
+    twice over the same offsets) and an in-memory database is gone when the task ends."""
+    import sqlalchemy as sa
+
+    try:
+        u = sa.make_url(url)
+    except sa.exc.ArgumentError:
+        raise ValueError(f"{url!r} is not a SQLAlchemy URL, e.g. 'sqlite:////var/lib/offsetbatch/ledger.db' or "
+                         f"'postgresql+psycopg2://user@host/db'") from None
+    if u.get_backend_name() == "sqlite":
+        database = u.database or ""
+        if database in ("", ":memory:") or database.startswith("file:"):
+            raise ValueError(f"{u.render_as_string(hide_password=True)!r} is an in-memory SQLite database, gone when "
+                             f"the task ends; give a file: 'sqlite:////absolute/path/ledger.db'")
+        if not database.startswith("/"):
+            raise ValueError(f"{u.render_as_string(hide_password=True)!r} is a relative SQLite path, which each task "
+                             f"resolves against its own working directory (two tasks would open two files: for a "
+                             f"ledger, two ledgers planning the same offsets); give an absolute path: "
+                             f"'sqlite:////absolute/path/{database}' (four slashes) or "
+                             f"'sqlite:///${{OFFSETBATCH_HOME}}/{database}'")
+    return url
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with a bound on what aliases expand to: a "billion laughs" document of a
+    few lines would otherwise expand to billions of nodes while the config is validated (and hold up
+    the DAG processor past its import timeout, hiding every pipeline's DAG)."""
+
+    MAX_NODES = 100_000  # a pipeline config has a few hundred
+
+    def construct_document(self, node: "yaml.Node"):
+        sizes: dict[int, int] = {}
+
+        def size(n: "yaml.Node") -> int:
+            key = id(n)
+            if key not in sizes:
+                sizes[key] = 0  # a recursive alias counts once
+                children = (n.value if isinstance(n, yaml.SequenceNode)
+                            else [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else [])
+                sizes[key] = 1 + sum(size(c) for c in children)
+                if sizes[key] > self.MAX_NODES:
+                    raise ValueError(f"the YAML expands to more than {self.MAX_NODES:,} values through its anchors and "
+                                     f"aliases (&name / *name) and is refused; write the config out without them")
+            return sizes[key]
+
+        size(node)
+        return super().construct_document(node)
+
+
+def load_yaml(text: str):
+    """``yaml.safe_load`` with ``_LimitedLoader``'s bound (``ValueError`` past it)."""
+    return yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass

@@ -30,6 +30,13 @@ class ValueFormat(ABC):
         """Raise ``ValueError`` if the ``value:`` settings do not fit this format."""
 
     @classmethod
+    def output_columns(cls, schema_ddl: str | None) -> list[str]:
+        """The columns of a good record's output row when no transform changes them."""
+        from offsetbatch.formats.json_value import ddl_field_names
+
+        return [*META, *(["value"] if cls.keeps_value else []), *(ddl_field_names(schema_ddl) if schema_ddl else [])]
+
+    @classmethod
     @abstractmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
         """``META`` + ``value`` + parsed fields + ``_error`` for every record."""

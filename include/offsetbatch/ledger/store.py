@@ -11,6 +11,8 @@ from typing import Iterator
 
 import sqlalchemy as sa
 
+from offsetbatch.config.validation import check_ledger_url
+from offsetbatch.errors import ConfigError
 from offsetbatch.ledger import engine as eng
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError
 from offsetbatch.ledger.rows import page_rows, range_rows
@@ -76,7 +78,14 @@ class Ledger:
     @staticmethod
     def url_for(cfg) -> str:
         """The database URL a pipeline config points at (``ledger.url`` or its Airflow connection)."""
-        return cfg.ledger.url or eng.url_from_connection(cfg.ledger.conn_id)
+        if cfg.ledger.url:
+            return cfg.ledger.url  # checked when the config loaded
+        url = eng.url_from_connection(cfg.ledger.conn_id)
+        try:
+            return check_ledger_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"pipeline {cfg.name}: the ledger connection '{cfg.ledger.conn_id}' (ledger.conn_id): "
+                              f"{exc}") from None
 
     @classmethod
     def for_config(cls, cfg, create: bool = False) -> "Ledger":

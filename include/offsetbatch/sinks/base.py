@@ -56,11 +56,23 @@ if TYPE_CHECKING:
 RejectedRows = Callable[[], "DataFrame"]
 
 
+# Where a sink's folders may live: a local path, HDFS, or an object store (s3a is Hadoop's S3 client).
+STORAGE_SCHEMES = ("file", "hdfs", "s3a", "s3", "gs", "abfs", "abfss")
+
+
 def absolute_location(v: str) -> str:
     """A sink location: an absolute path or a URI (a relative path would depend on each task's
     working directory), without a trailing ``/``."""
     if "://" not in v and not v.startswith("/"):
         raise ValueError(f"must be an absolute path or a URI, got {v!r}")
+    scheme, _, rest = v.partition("://") if "://" in v else ("file", "", v)
+    if scheme.lower() not in STORAGE_SCHEMES:
+        raise ValueError(f"{v!r}: storage scheme {scheme!r} is not one of {', '.join(STORAGE_SCHEMES)} (Spark and "
+                         f"the commit step must both reach it)")
+    path = rest if scheme.lower() == "file" else rest.partition("/")[2]  # after the host or bucket
+    if not path.strip("/"):
+        raise ValueError(f"{v!r} is the root of its filesystem or bucket; give a folder of its own, e.g. "
+                         f"/data/tables/events (publishing and replays replace folders under it)")
     return v.rstrip("/")
 
 

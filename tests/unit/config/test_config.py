@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import yaml
 
@@ -62,6 +64,41 @@ def test_defaults(tmp_path):
      "field 'kafka_offset' clashes with the column 'kafka_offset' the job adds"),
     ({"airflow": {"schedule": "every hour"}}, "airflow.schedule", "'every hour' is not a cron expression"),
     ({"airflow": {"schedule": "0 0 * * * *"}}, "airflow.schedule", "has 6 fields"),
+    ({"airflow": {"schedule": "0 0 31 2 *"}}, "airflow.schedule", "'0 0 31 2 *' never fires"),
+    ({"airflow": {"start_date": "2026-06-01T00:00:00+00:00", "end_date": "2026-05-01T00:00:00+00:00"}}, "airflow",
+     "end_date 2026-05-01T00:00:00+00:00 is not after start_date 2026-06-01T00:00:00+00:00"),
+    ({"value": {"format": "json", "schema": "id STRING, amount DECIMAL(99,200)"}}, "value.schema",
+     "DECIMAL(99, 200) is not a Spark decimal: precision 1..38 and scale 0..precision"),
+    ({"sink": {"path": "/"}}, "sink.path", "'/' is the root of its filesystem or bucket"),
+    ({"sink": {"path": "s3a://bucket"}}, "sink.path", "'s3a://bucket' is the root of its filesystem or bucket"),
+    ({"sink": {"path": "ftp://host/tables"}}, "sink.path", "storage scheme 'ftp' is not one of file, hdfs, s3a"),
+    ({"ledger": {"url": "sqlite:///relative_ledger.db"}}, "ledger.url",
+     "'sqlite:///relative_ledger.db' is a relative SQLite path, which each task resolves against its own working "
+     "directory"),
+    ({"ledger": {"url": "sqlite://"}}, "ledger.url", "is an in-memory SQLite database"),
+    ({"sink": {"type": "iceberg", "path": "/data/staging", "namespace": "lake", "table": "orders",
+               "warehouse": "/data/warehouse", "catalog": "my catalog"}}, "sink.catalog",
+     "catalog 'my catalog' is neither a SQLAlchemy URL (postgresql+psycopg2://user@host/db, "
+     "sqlite:////path/catalog.db) nor an Airflow connection id"),
+    ({"transform": {"sql": "SELECT id, reflect('java.lang.System', 'getenv', 'AIRFLOW_CONN_KAFKA') AS e FROM records"}},
+     "transform", "'sql' reaches past the records into the JVM or the job hosts' files (reflect(...))"),
+    ({"transform": {"sql": "SELECT r.id, t.value FROM records r JOIN text.`/etc/passwd` t ON true"}}, "transform",
+     "(text.`/etc/passwd`)"),
+    ({"transform": {"sql": "SELECT id, java_method('java.lang.Runtime', 'getRuntime') FROM records"}}, "transform",
+     "java_method(...)"),
+    ({"sink": {"path": "/data/orders", "event_time_column": "created_at"}}, "(top level)",
+     "sink.event_time_column 'created_at' is not a column of the output (its columns: kafka_topic, kafka_partition, "
+     "kafka_offset, kafka_timestamp, kafka_key, kafka_headers, id, amount, tags)"),
+    ({"kafka": {"topics": ["orders"]}, "sink": {"type": "kafka", "path": "/data/staging", "topic": "orders"}},
+     "(top level)", "sink.topic 'orders' is a topic this pipeline reads (kafka.topics/kafka.pattern, connection "
+     "'kafka_default'): each run would write its records back into its own source"),
+    ({"kafka": {"pattern": "orders.*"}, "sink": {"type": "kafka", "path": "/data/staging", "topic": "orders-clean",
+                                                  "dead_letter_topic": "orders-dlq"}},
+     "(top level)", "sink.topic 'orders-clean' is a topic this pipeline reads"),
+    ({"sink": {"type": "kafka", "path": "/data/staging", "topic": "clean", "dead_letter_topic": "orders"}},
+     "(top level)", "sink.dead_letter_topic 'orders' is a topic this pipeline reads"),
+    ({"sink": {"type": "kafka", "path": "/data/staging", "topic": "clean", "dead_letter_topic": "clean"}},
+     "(top level)", "sink.dead_letter_topic is sink.topic ('clean')"),
     ({"name": "Bad-Name"}, "name", "should match pattern"),
     ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
 ])
@@ -90,3 +127,45 @@ def test_unset_environment_variable_is_named(tmp_path, monkeypatch):
 def test_not_yaml(tmp_path):
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(_write(tmp_path, "name: [unclosed"))
+
+
+def test_trusted_sql_may_opt_into_system_access(tmp_path):
+    sql = "SELECT id, reflect('java.util.UUID', 'randomUUID') AS u FROM records"
+    cfg = load_config(_write(tmp_path, {**GOOD, "transform": {"sql": sql, "allow_system_access": True}}))
+    assert cfg.transform.sql == sql
+
+
+def test_an_output_topic_on_another_connection_may_share_the_name(tmp_path):
+    sink = {"type": "kafka", "path": "/data/staging", "topic": "orders", "conn_id": "kafka_other_cluster"}
+    assert load_config(_write(tmp_path, {**GOOD, "sink": sink})).sink.topic == "orders"
+
+
+def test_an_event_time_column_the_schema_declares_loads(tmp_path):
+    doc = {**GOOD, "value": {"format": "json", "schema": "id STRING, created_at TIMESTAMP"},
+           "sink": {"path": "/data/orders", "event_time_column": "created_at"}}
+    assert load_config(_write(tmp_path, doc)).sink.event_time_column == "created_at"
+
+
+def test_nondeterministic_sql_loads_with_a_warning_about_replays(tmp_path, caplog):
+    sql = "SELECT id, uuid() AS row_id, current_timestamp() AS loaded_at FROM records"
+    load_config(_write(tmp_path, {**GOOD, "transform": {"sql": sql}}))
+    assert "transform.sql calls current_timestamp(), uuid(): a replay or re-run of a batch writes other values" \
+        in caplog.text, caplog.text
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path):
+    """Nine levels of nine aliases: 9**9 values once expanded; refused before anything expands it."""
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    path = _write(tmp_path, "\n".join(lines) + "\nname: orders\n")
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="expands to more than 100,000 values through its anchors and aliases"):
+        load_config(path)
+    assert time.monotonic() - started < 2
+
+
+def test_yaml_anchors_of_ordinary_size_still_work(tmp_path):
+    doc = ("defaults: &d {path: /data/orders}\nname: orders\nkafka: {topics: [orders]}\nsink: *d\n"
+           "value: {format: raw}\n")
+    with pytest.raises(ConfigError, match="'defaults': Extra inputs"):  # anchors parse; the extra key is refused
+        load_config(_write(tmp_path, doc))

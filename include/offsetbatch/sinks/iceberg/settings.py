@@ -28,6 +28,9 @@ PARTITION = re.compile(r"^(?:(?P<transform>year|month|day|hour)\((?P<inner>[A-Za
                        r"(?P<column>[A-Za-z_][A-Za-z0-9_]*))$")
 
 
+CONN_ID = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+
+
 def parse_partition(spec: str) -> tuple[str, str]:
     """``"day(event_time)"`` -> ``("day", "event_time")``; ``"country"`` -> ``("identity", "country")``."""
     m = PARTITION.match(spec.replace(" ", ""))
@@ -55,6 +58,21 @@ class IcebergSettings(SinkSettings):
     def _plain_name(cls, v: str, info) -> str:
         if not NAME.match(v):
             raise ValueError(f"{info.field_name} {v!r} must be letters, digits and '_', starting with a letter or '_'")
+        return v
+
+    @field_validator("catalog")
+    @classmethod
+    def _url_or_connection(cls, v: str | None) -> str | None:
+        """A URL must parse (and a SQLite one be one absolute file); anything else is a connection id."""
+        if v is None:
+            return v
+        if "://" in v or v.startswith("sqlite:"):
+            from offsetbatch.config.validation import check_ledger_url  # config imports the sinks
+
+            return check_ledger_url(v)
+        if not CONN_ID.match(v):
+            raise ValueError(f"catalog {v!r} is neither a SQLAlchemy URL (postgresql+psycopg2://user@host/db, "
+                             f"sqlite:////path/catalog.db) nor an Airflow connection id (letters, digits, '_', '-', '.')")
         return v
 
     @field_validator("warehouse")
