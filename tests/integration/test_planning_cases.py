@@ -3,6 +3,8 @@ retention gaps (fail and skip), concurrent runs."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
@@ -10,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTP
-from kafka.admin import NewPartitions
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 BASE = datetime(2026, 11, 3, tzinfo=timezone.utc)
@@ -120,3 +122,63 @@ def test_two_runs_started_at_once_stay_exactly_once(make_pipeline):
         assert p.run(None).ok
     report = p.check()
     assert report.ok, report.summary()
+
+
+def test_a_record_stamped_far_in_the_future_does_not_stall_the_pipeline(make_pipeline):
+    """One record stamped in 2099 (the topic allows it; brokers refuse it by default since Kafka
+    3.6): every later time cut lands on it (Kafka's time index is monotonic). Before the fix each
+    hourly run read nothing, green, forever, and status showed 0 s of time lag; now the run reads
+    the partition to its log end, says why, and status counts the wait, not the record's age."""
+    p = make_pipeline()
+    p.produce(300, start=BASE, hours=1, partitions=1, malformed_fraction=0)  # hour 0: offsets 0..299
+    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
+    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, p.topic,
+                                        configs={"message.timestamp.after.max.ms": str(2**63 - 1)})])
+    admin.close()
+    p.produce(1, start=datetime(2099, 1, 1, tzinfo=timezone.utc), partitions=1, malformed_fraction=0)  # offset 300
+    p.produce(200, start=BASE + H, hours=2, partitions=1, malformed_fraction=0)  # hours 1 and 2: 301..500
+
+    first = p.run(BASE)  # [BASE, BASE+1h): cut at the first record stamped >= BASE+1h, the 2099 one
+    assert first.ok, first.output[-4000:]
+    assert [(r.from_offset, r.until_offset) for r in p.ledger.list_batches(p.name)[0].ranges] == [(0, 300)]
+
+    status = json.loads(subprocess.run(["offsetbatch", "--pipelines", str(p.root), "--json", "status", p.name],
+                                       env=p.env, capture_output=True, text=True, timeout=120).stdout)
+    [part] = status["partitions"]
+    assert part["lag_records"] == 201 and part["lag_seconds"] > 0, part
+    assert part["lag_note"].startswith("offset 300 is stamped 2099-01-01 00:00Z, in the future"), part
+
+    second = p.run(BASE + H)  # its cut would land on offset 300 again: lifted to the log end
+    assert second.ok, second.output[-4000:]
+    assert f"{p.topic}/0 offset 300 is stamped 2099-01-01T00:00:00+00:00, more than 1 h ahead of now" in second.output
+    newest = p.ledger.list_batches(p.name, 1)[0]
+    assert [(r.from_offset, r.until_offset) for r in newest.ranges] == [(300, 501)]
+    third = p.run(BASE + 2 * H)
+    assert third.ok and "nothing new to read" in third.output, third.output[-4000:]
+    report = p.check()
+    assert report.ok, report.summary()
+
+
+def test_a_planned_batch_whose_topic_was_deleted_is_refused_before_spark(make_pipeline):
+    """The commit dies, leaving batch 1 planned; then its topic is deleted. Every later run used to
+    submit batch 1 to Spark again, which could never succeed; the plan task now refuses it at once."""
+    p = make_pipeline()
+    p.produce(300, start=BASE, hours=1, partitions=2)
+    crashed = p.run(BASE, faults="commit.before_transaction")
+    crashed.assert_failed_with("injected fault at commit.before_transaction")
+    [batch] = p.ledger.list_batches(p.name)
+    assert batch.status == "planned"
+    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
+    admin.delete_topics([p.topic])
+    deadline = time.monotonic() + 60
+    while p.topic in admin.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    admin.close()
+
+    before = p.snapshot()
+    refused = p.run(BASE + H)
+    refused.assert_failed_with(f"pipeline {p.name} batch {batch.batch_id} can never run: {p.topic}/0[0,150), "
+                               f"{p.topic}/1[0,150) no longer exist(s)")
+    assert "no Spark job was submitted" in refused.output
+    assert "AirflowFailException" in refused.output and "starting task_id=spark_job" not in refused.output
+    assert p.snapshot() == before

@@ -44,6 +44,11 @@ def assess(status: dict, summary: dict, lag_points: list[dict]) -> tuple[str, li
         recent = " → ".join(f"{p['lag']:,}" for p in lag_points[-GROWING_RUNS:])
         found.append(Finding("warning", f"lag growing: {recent} → {lag:,} records now; {name} reads less per run "
                                         f"than arrives (raise caps.max_records_per_batch or run more often)"))
+    for p in status.get("partitions", []):
+        if p.get("lag_note"):
+            found.append(Finding("warning", f"{p['topic']}/{p['partition']}: {p['lag_records']:,} record(s) wait behind "
+                                            f"a record from the future ({p['lag_note']}); the next run reads the "
+                                            f"partition to its log end"))
     lost = summary.get("last_24h", {})
     if lost.get("gaps"):
         found.append(Finding("error", f"data loss in the last 24 h: {lost['records_lost']:,} records in "

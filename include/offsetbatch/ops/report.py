@@ -15,22 +15,29 @@ def status_table(st: PipelineStatus) -> Table:
     """Per partition: frontier vs log end, lag in records and time; lagging rows in yellow. The
     caption says whether data was lost in the last 24 h (in red when it was)."""
     title = f"{st.pipeline} ({st.dag_id})" + (f"  [red]Kafka: {st.kafka_error}[/]" if st.kafka_error else "")
-    t = Table(title=title, title_justify="left", caption=_loss_caption(st), caption_justify="left")
+    t = Table(title=title, title_justify="left", caption=_caption(st), caption_justify="left")
     for col in ("topic/partition", "start", "frontier", "log end", "lag (records)", "lag (time)", "last batch"):
         t.add_column(col, justify="left" if col == "topic/partition" else "right")
     for p in st.partitions:
         t.add_row(f"{p.topic}/{p.partition}", str(p.start_offset), str(p.frontier),
                   "?" if p.log_end is None else str(p.log_end), "?" if p.lag_records is None else str(p.lag_records),
-                  "" if p.lag_seconds is None else f"{p.lag_seconds:.0f}s", str(p.last_batch or ""),
+                  ("" if p.lag_seconds is None else f"{p.lag_seconds:.0f}s") + ("*" if p.lag_note else ""),
+                  str(p.last_batch or ""),
                   style="yellow" if p.lag_records else None)
     return t
 
 
-def _loss_caption(st: PipelineStatus) -> str:
+def _caption(st: PipelineStatus) -> str:
+    """Data lost in the last 24 h (in red when there was), then a line per partition whose time
+    lag is not the age of its oldest waiting record (the ``*`` in its row)."""
     if not st.gaps_24h:
-        return "data lost in the last 24 h: none"
-    return (f"[red]data lost in the last 24 h: {st.records_lost_24h:,} records in {st.gaps_24h} gap(s), never read "
-            f"(retention before reading, or a forward reset): 'offsetbatch events {st.pipeline}' says who and why[/]")
+        lines = ["data lost in the last 24 h: none"]
+    else:
+        lines = [f"[red]data lost in the last 24 h: {st.records_lost_24h:,} records in {st.gaps_24h} gap(s), never "
+                 f"read (retention before reading, or a forward reset): 'offsetbatch events {st.pipeline}' says who "
+                 f"and why[/]"]
+    lines += [f"[yellow]* {p.topic}/{p.partition}: {escape(p.lag_note)}[/]" for p in st.partitions if p.lag_note]
+    return "\n".join(lines)
 
 
 def batches_table(title: str, batches: list[dict]) -> Table:

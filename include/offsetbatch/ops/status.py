@@ -25,6 +25,8 @@ class PartitionStatus:
     lag_records: int | None
     lag_seconds: float | None  # age of the oldest record not yet committed; 0 when caught up
     last_batch: int | None
+    # why lag_seconds is not that age: the oldest waiting record is stamped in the future
+    lag_note: str | None = None
 
 
 @dataclass
@@ -74,15 +76,27 @@ def pipeline_status(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaAdmin | Non
     for tp, r in sorted(tps.items()):
         end = ends.get(tp)
         lag = None if end is None else max(end - r["next_offset"], 0)
-        if lag == 0:
-            age = 0.0
-        elif tp in stamps:
-            age = round(max(now_ms - stamps[tp], 0) / 1000, 1)
-        else:
-            age = None
+        age, note = _time_lag(lag, stamps.get(tp), r, now_ms)
         st.partitions.append(PartitionStatus(tp.topic, tp.partition, r["start_offset"], r["next_offset"], end, lag, age,
-                                             r["batch_id"]))
+                                             r["batch_id"], note))
     return st
+
+
+def _time_lag(lag: int | None, stamp_ms: int | None, frontier_row: dict, now_ms: float) -> tuple[float | None, str | None]:
+    """(seconds, note): the age of the oldest waiting record; when that record is stamped in the
+    future its age says nothing, and the partition has waited at least since its frontier last moved."""
+    if lag == 0:
+        return 0.0, None
+    if stamp_ms is None:
+        return None, None
+    if stamp_ms <= now_ms:
+        return round((now_ms - stamp_ms) / 1000, 1), None
+    moved = frontier_row["updated_at"]
+    moved = moved if moved.tzinfo else moved.replace(tzinfo=timezone.utc)  # SQLite keeps no zone
+    when = datetime.fromtimestamp(min(stamp_ms, 253_402_300_799_000) / 1000, timezone.utc)
+    return (round(max(now_ms / 1000 - moved.timestamp(), 0), 1),
+            f"offset {frontier_row['next_offset']} is stamped {when:%Y-%m-%d %H:%M}Z, in the future; waiting since "
+            f"the frontier last moved")
 
 
 def data_lost(ledger: Ledger, pipeline: str, hours: int = 24) -> tuple[int, int]:

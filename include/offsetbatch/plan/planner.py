@@ -11,12 +11,13 @@ superseded batches whole, one at a time. Backfill and replay runs are planned by
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Literal
 
 from offsetbatch.config import Caps, PipelineConfig
-from offsetbatch.errors import DataLossError, TopicNotFoundError
+from offsetbatch.errors import DataLossError, PartitionVanishedError, TopicNotFoundError
 from offsetbatch.ledger import Ledger
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
@@ -132,6 +133,25 @@ def plan_ranges(
     return planned, gaps
 
 
+# Brokers since Kafka 3.6 refuse records stamped more than 1 h ahead (log.message.timestamp.after.max.ms);
+# a topic configured otherwise, or a LogAppendTime/CreateTime mix, can still hold one.
+FUTURE_TOLERANCE_MS = 3_600_000
+
+
+def lift_future_cuts(offsets: dict[TopicPartition, PartitionOffsets], frontier: dict[TopicPartition, int],
+                     now_ms: int) -> tuple[dict[TopicPartition, PartitionOffsets], dict[TopicPartition, PartitionOffsets]]:
+    """Kafka's time index is monotonic: once a record stamped in the future (a producer's wrong
+    clock) is in a partition, every time cut before that timestamp lands on it. Once the frontier
+    has reached it, the records after it would wait, unread, until the wall clock passes it. Such a
+    partition is read to its log end instead. Returns the offsets to plan with, and the partitions
+    lifted (as they were)."""
+    lifted = {tp: po for tp, po in offsets.items()
+              if po.cut is not None and po.cut_timestamp_ms is not None and po.cut_timestamp_ms > now_ms + FUTURE_TOLERANCE_MS
+              and tp in frontier and po.cut <= frontier[tp] < po.latest}
+    return {tp: (PartitionOffsets(po.earliest, po.latest, po.latest) if tp in lifted else po)
+            for tp, po in offsets.items()}, lifted
+
+
 def _start_offsets(cfg: PipelineConfig, kafka: KafkaAdmin, new: set[TopicPartition],
                    offsets: dict[TopicPartition, PartitionOffsets]) -> dict[TopicPartition, int]:
     """Where new partitions start; ``offsets``: this plan's lookup, reused (at 10,000 partitions each
@@ -154,12 +174,15 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
             return _plan_history(pipeline, ledger, conn, kafka, run)
         own = ledger.batch_for_run(conn, name, run.run_id)
         if own is not None:
+            if own.status != "committed":
+                check_batch_readable(name, own, kafka)
             outcome = "committed" if own.status == "committed" else "same_run"
             log.info("pipeline %s batch %d: run %s already planned it (%s); ranges unchanged: %s",
                      name, own.batch_id, run.run_id, own.status, own.describe_ranges())
             return PlanResult(outcome, [own])
         pending = ledger.pending(conn, name)
         if pending is not None:
+            check_batch_readable(name, pending, kafka)
             log.warning("pipeline %s batch %d: planned by run %s but not committed; run %s executes it first, "
                         "unchanged: %s", name, pending.batch_id, pending.run_id, run.run_id, pending.describe_ranges())
             ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id}, pending.batch_id)
@@ -197,6 +220,12 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
             for r in b.ranges:
                 limits[r.tp] = min(limits.get(r.tp, r.from_offset), r.from_offset)
 
+        offsets, lifted = lift_future_cuts(offsets, frontier, int(time.time() * 1000))
+        for tp, po in sorted(lifted.items()):
+            log.warning("pipeline %s: %s offset %d is stamped %s, more than 1 h ahead of now (a producer's clock?); "
+                        "Kafka places every time cut before then at that record, so run %s reads %s to its log end "
+                        "(%d) rather than leave the %d record(s) after the frontier waiting", name, tp, po.cut,
+                        _iso_ms(po.cut_timestamp_ms), run.run_id, tp, po.latest, po.latest - frontier[tp])
         lag = sum(max(offsets[tp].latest - frontier[tp], 0) for tp in frontier if tp in offsets)
         planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None,
                                     limits)
@@ -206,8 +235,14 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
                         "skipped (on_data_loss: skip) and recorded as a gap", name, g.from_offset, g.until_offset,
                         g.topic, g.partition)
         if not planned:
-            log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
-                     run.data_interval_end or "log end")
+            if lag:
+                log.warning("pipeline %s: run %s reads nothing although %d record(s) wait past the frontier: they "
+                            "are stamped at or after the cut %s, so the run of their own interval reads them (a "
+                            "manual run, mode next, reads to the log end)", name, run.run_id, lag,
+                            run.data_interval_end)
+            else:
+                log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
+                         run.data_interval_end or "log end")
             return PlanResult("empty", [], gaps)
         batch = ledger.insert_batch(conn, name, "incremental", planned, **run.ledger_fields,
                                     interval=(run.data_interval_start, run.data_interval_end),
@@ -215,6 +250,26 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
         log.info("pipeline %s batch %d: planned for run %s, %d records (lag was %d): %s", name, batch.batch_id,
                  run.run_id, batch.records, lag, batch.describe_ranges())
         return PlanResult("new", [batch], gaps)
+
+
+def check_batch_readable(pipeline: str, batch: Batch, kafka: KafkaAdmin) -> None:
+    """A planned batch whose partitions are gone (its topic deleted after planning), or whose ranges
+    end past the log (the topic recreated), can never run: refuse it here, before a Spark job is
+    submitted for it again on every run."""
+    tps = {r.tp for r in batch.ranges}
+    present = kafka.partitions(sorted({tp.topic for tp in tps}))
+    ends = {tp: po.latest for tp, po in kafka.offsets(tps & present).items()}
+    gone = [r for r in batch.ranges if r.tp not in present]
+    beyond = [r for r in batch.ranges if r.tp in ends and r.until_offset > ends[r.tp]]
+    if not gone and not beyond:
+        return
+    why = [f"{', '.join(map(str, gone))} no longer exist(s)"] if gone else []
+    why += [f"{r} ends past the log end {ends[r.tp]} of {r.tp} (the topic was recreated?)" for r in beyond]
+    raise PartitionVanishedError(
+        f"pipeline {pipeline} batch {batch.batch_id} can never run: {'; '.join(why)} on {kafka.bootstrap}. Nothing "
+        f"was changed and no Spark job was submitted. If the topic was deleted or recreated on purpose, "
+        f"'offsetbatch reset {pipeline} --to latest --apply' abandons the batch and moves the frontier (audited; "
+        f"a deleted topic must first exist again or leave kafka.topics).")
 
 
 def _reread_superseded(ledger: Ledger, conn, run: RunInfo, old: Batch, output_path: str) -> PlanResult:
@@ -272,3 +327,10 @@ def _plan_history(pipeline: Pipeline, ledger: Ledger, conn, kafka: KafkaAdmin, r
         log.info("pipeline %s: %s holds no records; nothing to %s", name, what, req.mode)
         return PlanResult("empty", [])
     return PlanResult("new", out)
+
+
+def _iso_ms(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat()
+    except (OverflowError, OSError, ValueError):  # past year 9999
+        return f"{ms} ms after the epoch"

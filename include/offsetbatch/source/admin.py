@@ -17,7 +17,7 @@ from kafka import TopicPartition as KafkaTP
 from kafka.admin import OffsetSpec, OffsetTimestamp
 from kafka.errors import KafkaError
 from kafka.protocol.consumer.offsets import IsolationLevel
-from kafka.structs import OffsetAndMetadata
+from kafka.structs import OffsetAndMetadata, OffsetAndTimestamp
 
 from offsetbatch.model import TopicPartition
 from offsetbatch.source.connection import KafkaClientConfig, from_connection, from_settings
@@ -35,6 +35,15 @@ class PartitionOffsets:
     earliest: int
     latest: int
     cut: int | None = None  # first offset with timestamp >= the asked time; None when not asked
+    cut_timestamp_ms: int | None = None  # the timestamp of the record at ``cut``; None at the log end
+
+
+def _cut(found: OffsetAndTimestamp, log_end: int) -> tuple[int, int | None]:
+    """(offset, its record's timestamp) of a timestamp lookup; no record at or after that time yet
+    (offset -1 or None) is the log end."""
+    if found.offset is None or found.offset < 0:
+        return log_end, None
+    return found.offset, (found.timestamp if found.timestamp is not None and found.timestamp >= 0 else None)
 
 
 class KafkaAdmin:
@@ -87,23 +96,27 @@ class KafkaAdmin:
         return found
 
     def _list(self, specs: dict[KafkaTP, object]) -> dict[TopicPartition, int]:
+        return {tp: v.offset for tp, v in self._list_with_timestamps(specs).items()}
+
+    def _list_with_timestamps(self, specs: dict[KafkaTP, object]) -> dict[TopicPartition, OffsetAndTimestamp]:
         if not specs:
             return {}
         res = self.admin.list_partition_offsets(specs, isolation_level=self.isolation)
-        return {TopicPartition(tp.topic, tp.partition): v.offset for tp, v in res.items()}
+        return {TopicPartition(tp.topic, tp.partition): v for tp, v in res.items()}
 
     def offsets(self, tps: set[TopicPartition] | list[TopicPartition], cut_timestamp_ms: int | None = None) -> dict[TopicPartition, PartitionOffsets]:
         """Earliest, latest and (optionally) the time cut of each partition, in 2–3 batched requests."""
         ktps = [KafkaTP(tp.topic, tp.partition) for tp in tps]
         earliest = self._list({tp: OffsetSpec.EARLIEST for tp in ktps})
         latest = self._list({tp: OffsetSpec.LATEST for tp in ktps})
-        cuts = self._time_cut(ktps, cut_timestamp_ms, latest) if cut_timestamp_ms is not None else {}
-        return {tp: PartitionOffsets(earliest[tp], latest[tp], cuts.get(tp)) for tp in earliest}
+        if cut_timestamp_ms is None:
+            return {tp: PartitionOffsets(earliest[tp], latest[tp]) for tp in earliest}
+        found = self._list_with_timestamps({tp: OffsetTimestamp(cut_timestamp_ms) for tp in ktps})
+        return {tp: PartitionOffsets(earliest[tp], latest[tp], *_cut(found[tp], latest[tp])) for tp in earliest}
 
     def _time_cut(self, ktps: list[KafkaTP], timestamp_ms: int, latest: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
-        found = self._list({tp: OffsetTimestamp(timestamp_ms) for tp in ktps})
-        # -1 / None: no record at or after that time yet -> the log end.
-        return {tp: (o if o is not None and o >= 0 else latest[tp]) for tp, o in found.items()}
+        found = self._list_with_timestamps({tp: OffsetTimestamp(timestamp_ms) for tp in ktps})
+        return {tp: _cut(v, latest[tp])[0] for tp, v in found.items()}
 
     def offsets_for_time(self, tps, timestamp_ms: int) -> dict[TopicPartition, int]:
         """First offset with timestamp >= ``timestamp_ms``, else the log end (two batched requests)."""

@@ -122,3 +122,13 @@ def test_lag_svg_draws_a_gap_recorded_after_the_newest_batch():
     assert xs[0] == chart.PAD_L and xs[2] < float(gap.get("x1"))
     assert xs[2] == pytest.approx(chart.PAD_L + (chart.W - chart.PAD_L - chart.PAD_R) * 2 / 4)  # 03:00 of 01:00..05:00
     assert "2030-01-01 05:00:00 UTC" in svg
+
+
+def test_assess_warns_of_records_waiting_behind_a_future_record():
+    status = {**_status(12), "partitions": [{"topic": "t", "partition": 0, "lag_records": 12,
+                                             "lag_note": "offset 300 is stamped 2099-01-01 00:00Z, in the future; "
+                                                         "waiting since the frontier last moved"}]}
+    state, found = health.assess(status, _summary(_batch()), [])
+    assert state == "warning"
+    assert found[0].text.startswith("t/0: 12 record(s) wait behind a record from the future (offset 300 is stamped "
+                                    "2099-01-01 00:00Z"), found
