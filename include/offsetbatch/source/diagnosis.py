@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import struct
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,7 +84,7 @@ def connect_admin(client: "KafkaClientConfig") -> "KafkaAdminClient":
             return admin(CONNECT_TIMEOUT_MS)
         except Exception as exc:  # noqa: BLE001 - every failure is explained below
             error = explain(exc, client, logs.lines)
-            if not isinstance(error, KafkaUnreachableError) or _speaks_tls(client.bootstrap) is None:
+            if not isinstance(error, KafkaUnreachableError) or _listener(client.bootstrap) is None:
                 raise error from exc
         log.warning("%s: the broker accepts connections but did not answer within %d s; waiting up to %d s more",
                     client.describe(), CONNECT_TIMEOUT_MS // 1000, SLOW_BROKER_TIMEOUT_MS // 1000)
@@ -141,7 +142,13 @@ def explain(exc: BaseException, client: "KafkaClientConfig", logged: list[str] |
             f"{where}: the broker denied {user or 'this client'!r} ({type(exc).__name__}) while trying to {doing}. "
             f"The pipeline's user needs DESCRIBE and READ on its topics and READ on its consumer group; ask the "
             f"cluster's admins for these ACLs. Nothing was changed.")
-    speaks_tls = _speaks_tls(client.bootstrap)
+    listener = _listener(client.bootstrap)
+    if listener in ("http", "https"):
+        return KafkaConnectionError(
+            f"{where}: {client.bootstrap.split(',')[0].strip()} answers {listener.upper()}, not the Kafka protocol: "
+            f"bootstrap.servers of connection '{client.conn_id}' names a web endpoint (a REST proxy, schema registry "
+            f"or UI?). Give the brokers' Kafka listener host:port. Nothing was changed.")
+    speaks_tls = {"tls": True, "plain": False}.get(listener)
     if speaks_tls is True and not client.uses_tls:
         return KafkaAuthError(
             f"{where}: the broker's port speaks TLS but the connection's security.protocol is {client.protocol}. "
@@ -159,19 +166,50 @@ def explain(exc: BaseException, client: "KafkaClientConfig", logged: list[str] |
         f"cluster up and {client.bootstrap} reachable from this host? The task's retries try again.")
 
 
-def _speaks_tls(bootstrap: str, timeout_s: float = 3.0) -> bool | None:
-    """Whether the first bootstrap address completes a TLS handshake (certificate not checked:
-    this only tells the protocol apart); ``None`` when nothing listens."""
+# A Kafka ApiVersions v0 request (a broker answers it before any authentication), followed by a
+# blank line so that an HTTP server, which waits for the end of its request's head, answers too.
+_CORRELATION = 0x0B5E7
+_CLIENT_ID = b"offsetbatch-probe"
+_HEADER = struct.pack(">hhih", 18, 0, _CORRELATION, len(_CLIENT_ID)) + _CLIENT_ID
+_PROBE = struct.pack(">i", len(_HEADER)) + _HEADER + b"\r\n\r\n"
+
+
+def _answer(sock: socket.socket) -> str:
+    """What answered the probe: 'kafka' (the correlation id echoed), 'http', or 'other'."""
+    try:
+        sock.sendall(_PROBE)
+        head = b""
+        while len(head) < 8:
+            chunk = sock.recv(8 - len(head))
+            if not chunk:
+                break
+            head += chunk
+    except (OSError, ssl.SSLError):
+        return "other"
+    if head.startswith((b"HTTP/", b"<")):  # a status line, or an HTTP/0.9-style error page (never a Kafka length)
+        return "http"
+    return "kafka" if len(head) == 8 and struct.unpack(">i", head[4:])[0] == _CORRELATION else "other"
+
+
+def _listener(bootstrap: str, timeout_s: float = 3.0) -> str | None:
+    """What the first bootstrap address speaks: 'tls' or 'plain' (anything else that is not HTTP),
+    'https' or 'http' (a web endpoint, not a Kafka listener); ``None`` when nothing listens. The
+    certificate is not checked: this only tells the protocols apart."""
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    address = (host.strip("[]"), int(port)) if port.isdigit() else None
+    if address is None:
+        return None
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as sock:
+        with socket.create_connection(address, timeout=timeout_s) as sock:
             try:
-                with ctx.wrap_socket(sock, server_hostname=host.strip("[]")):
-                    return True
+                with ctx.wrap_socket(sock, server_hostname=address[0]) as tls:
+                    return "https" if _answer(tls) == "http" else "tls"
             except (ssl.SSLError, OSError):
-                return False
+                pass
+        with socket.create_connection(address, timeout=timeout_s) as sock:
+            return "http" if _answer(sock) == "http" else "plain"
     except (OSError, ValueError):
         return None

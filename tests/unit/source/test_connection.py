@@ -201,9 +201,9 @@ class _SlowThenAnswering:
 
 
 @pytest.mark.parametrize("listening, answer, expected, timeouts", [
-    (True, "<BrokerConnection host=127.0.0.1:9093>: Authentication failed due to invalid credentials with SASL "
+    ("tls", "<BrokerConnection host=127.0.0.1:9093>: Authentication failed due to invalid credentials with SASL "
            "mechanism SCRAM-SHA-512", "authentication failed for user 'pipe'", [10_000, 30_000]),
-    (True, None, "accepts connections but did not answer the Kafka handshake within 40 s", [10_000, 30_000]),
+    ("tls", None, "accepts connections but did not answer the Kafka handshake within 40 s", [10_000, 30_000]),
     (None, None, "no broker answered within 10 s", [10_000]),
 ], ids=["slow-then-wrong-password", "slow-both-times", "nothing-listens"])
 def test_a_slow_broker_gets_a_longer_wait_before_it_is_called_unreachable(ca, monkeypatch, listening, answer,
@@ -216,8 +216,47 @@ def test_a_slow_broker_gets_a_longer_wait_before_it_is_called_unreachable(ca, mo
 
     fake = _SlowThenAnswering(answer)
     monkeypatch.setattr(kafka, "KafkaAdminClient", fake)
-    monkeypatch.setattr(kafka_errors, "_speaks_tls", lambda bootstrap: listening)
+    monkeypatch.setattr(kafka_errors, "_listener", lambda bootstrap: listening)
     with pytest.raises((KafkaAuthError, KafkaUnreachableError), match=expected) as err:
         kafka_errors.connect_admin(from_settings("kafka_secure", _secured(ca)))
     assert fake.timeouts == timeouts
     assert isinstance(err.value, KafkaAuthError) == (answer is not None)
+
+
+@pytest.fixture
+def web_server():
+    """A real HTTP server on loopback: what a bootstrap address pointing at a REST proxy or a UI reaches."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_web_endpoint_in_bootstrap_servers_is_named_as_such_not_as_tls(web_server):
+    from kafka import errors as kerr
+
+    from offsetbatch.errors import KafkaConnectionError
+    from offsetbatch.source import diagnosis
+
+    assert diagnosis._listener(web_server) == "http"
+    client = from_settings("kafka_web", {"bootstrap.servers": web_server})
+    error = diagnosis.explain(kerr.KafkaTimeoutError("Unable to bootstrap"), client, [])
+    assert isinstance(error, KafkaConnectionError)  # a ConfigError: the task fails at once, unretried
+    assert f"{web_server} answers HTTP, not the Kafka protocol: bootstrap.servers of connection 'kafka_web' names " \
+           f"a web endpoint" in str(error), str(error)
+
+
+def test_a_port_nothing_listens_on_is_not_classified():
+    import socket
+
+    from offsetbatch.source import diagnosis
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
+    assert diagnosis._listener(f"127.0.0.1:{port}") is None
