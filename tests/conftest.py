@@ -23,8 +23,11 @@ from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
 # One state folder and one set of ports per pytest-xdist worker (gw0, gw1, ...; gw0 without xdist).
 TEST_STATE = PROJECT_ROOT / ".local" / "tests" / os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+# Every fixed test port stays below Linux's ephemeral range (32768-60999, net.ipv4.ip_local_port_range):
+# a port in it can be taken at any moment by the local end of some outgoing connection, and a broker
+# that cannot bind exits (CI saw a cluster node at 40193 do so).
 TEST_KAFKA_PORT = worker_port(19092)
-TEST_PG_PORT = worker_port(55432)
+TEST_PG_PORT = worker_port(25432)
 TEST_CONNECT_PORT = worker_port(15202)
 CONNECT_CONN_ID = "spark_connect_tests"
 
@@ -201,7 +204,7 @@ def spark_standalone(test_state):
 def clusters(test_state, spark_standalone):
     """``spark_standalone`` and a three-broker Kafka (replication 3, min ISR 2). Per module: idle,
     the three KRaft nodes still take about 8% of a core each."""
-    kafka = KafkaCluster(port=worker_port(39192), home=test_state / "cluster-kafka")
+    kafka = KafkaCluster(port=worker_port(23192), home=test_state / "cluster-kafka")
     kafka.wipe()
     kafka.start()
     yield kafka, spark_standalone

@@ -192,12 +192,25 @@ def test_a_missing_output_topic_is_refused_before_the_ledger_transaction(make_pi
 
     p = make_pipeline(transform={"sql": TRANSFORM}, sink={"event_time_column": None, "type": "kafka",
                                                           "topic": "placeholder"})
-    out = f"missing-{p.topic}"
+    p.produce(120, start=BASE, hours=1)
+    # First the write-back loop through a second connection to the same cluster: the config cannot
+    # tell (another conn_id), the plan task compares the cluster ids and refuses before the ledger.
+    p.env = {**p.env, "AIRFLOW_CONN_KAFKA_OUT": json.dumps({"conn_type": "kafka",
+                                                             "extra": {"bootstrap.servers": p.bootstrap}})}
     cfg = yaml.safe_load(p.config_path.read_text())
-    cfg["sink"]["topic"] = out
+    cfg["sink"].update(topic=p.topic, conn_id="kafka_out")
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    before, digest = p.snapshot(), p.ledger_digest()
+    loop = p.run(BASE)
+    loop.assert_failed_with(f"sink.topic '{p.topic}' is a topic this pipeline reads: connection 'kafka_out' reaches "
+                            f"the same Kafka cluster as the source's")
+    assert "AirflowFailException" in loop.output and "starting task_id=spark_job" not in loop.output
+    assert p.snapshot() == before and p.ledger_digest() == digest
+
+    out = f"missing-{p.topic}"
+    cfg["sink"].update(topic=out, conn_id="kafka_default")
     p.config_path.write_text(yaml.safe_dump(cfg))
     p.cfg = load_config(p.config_path)
-    p.produce(120, start=BASE, hours=1)
 
     refused = p.run(BASE)
     refused.assert_failed_with(f"topic(s) {out} do not exist on {p.bootstrap}")

@@ -56,18 +56,23 @@ def test_a_vanished_partition_fails_the_run_and_changes_nothing(make_pipeline):
     p = make_pipeline()
     p.produce(600, start=BASE, hours=1, partitions=3)
     assert p.run(None).ok
-    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
-    admin.delete_topics([p.topic])
-    deadline = time.monotonic() + 60
-    while p.topic in admin.list_topics() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    admin.close()
+    _delete_topic(p)
     p.produced.clear()
     p.produce(100, start=BASE + H, hours=1, partitions=2)
     before = p.snapshot()
     outcome = p.run(None)
     outcome.assert_failed_with(f"partition(s) {p.topic}/2 (frontier 200) are in the ledger but no longer exist in Kafka")
     assert p.snapshot() == before
+
+
+def _delete_topic(p) -> None:
+    """Delete the pipeline's topic and wait until the broker no longer lists it."""
+    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
+    admin.delete_topics([p.topic])
+    deadline = time.monotonic() + 60
+    while p.topic in admin.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)  # polling the broker's answer, bounded
+    admin.close()
 
 
 def _delete_records(p, partition: int, before_offset: int) -> set[tuple[int, int]]:
@@ -168,12 +173,7 @@ def test_a_planned_batch_whose_topic_was_deleted_is_refused_before_spark(make_pi
     crashed.assert_failed_with("injected fault at commit.before_transaction")
     [batch] = p.ledger.list_batches(p.name)
     assert batch.status == "planned"
-    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
-    admin.delete_topics([p.topic])
-    deadline = time.monotonic() + 60
-    while p.topic in admin.list_topics() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    admin.close()
+    _delete_topic(p)
 
     before = p.snapshot()
     refused = p.run(BASE + H)

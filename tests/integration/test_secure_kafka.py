@@ -70,7 +70,11 @@ class ProcessWatch:
         return int(stat[stat.rindex(")") + 2:].split()[1])  # the field after the state; comm may hold spaces
 
     def _ours(self, pid: int) -> bool:
-        """Started by this test (a descendant of this process), not by a test on another worker."""
+        """Started by this test: a descendant of this process (not a test's on another worker) that
+        did not run before the watch began (not a server an earlier test of this worker started, such
+        as a Spark Connect server, whose environment is the test process's own)."""
+        if pid in self._before:
+            return False
         while pid > 1:
             pid = self._parent(pid)
             if pid == self._me:
@@ -93,6 +97,7 @@ class ProcessWatch:
                 self._sample_environ(proc)
 
     def __enter__(self) -> "ProcessWatch":
+        self._before = {int(proc.name) for proc in Path("/proc").iterdir() if proc.name.isdigit()}
         self._thread.start()
         return self
 
@@ -134,7 +139,9 @@ def test_hourly_runs_over_sasl_ssl_through_crashes_are_exactly_once_and_leak_no_
     assert any("SparkSubmit" in cmd for cmd, _ in sampled) and any("offsetbatch_job.py" in cmd and "java" not in
                                                                     cmd.split()[0] for cmd, _ in sampled), \
         "the sampler read the environment of the job's JVM and of its Python"
-    leaked = [cmd[:120] for cmd, env in sampled if p.password in env or "AIRFLOW_CONN_" in env]
+    leaked = [(cmd[:200], [line.split("=", 1)[0] for line in env.splitlines() if p.password in line
+                           or line.startswith("AIRFLOW_CONN_")]) for cmd, env in sampled
+              if p.password in env or "AIRFLOW_CONN_" in env]
     assert leaked == [], f"connection secrets in the job's environment: {leaked}"
 
     # group progress published by the pipeline user (READ on its group), read back by the admin

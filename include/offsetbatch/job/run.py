@@ -36,6 +36,7 @@ from offsetbatch.job.transform import analyze_transform, transform
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.sinks import sink_for
 from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.staging import StagingLayout
 from offsetbatch.source.connection import SECRETS_ARG, read_secrets_file
 
 log = logging.getLogger("offsetbatch.job")
@@ -184,7 +185,7 @@ def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
         text = (f"Kafka at {spec.bootstrap} did not answer within {KAFKA_TIMEOUT_MS // 1000} s (is the broker up and "
                 f"reachable?): {text}")
     try:
-        storage.write_json(sink_for(spec.pipeline, spec.sink).staging.job_error(spec.batch_id, attempt),
+        storage.write_json(StagingLayout(spec.sink["path"]).job_error(spec.batch_id, attempt),
                            {"error": f"{type(exc).__name__}: {text[:600]}"})
     except Exception:  # noqa: BLE001 - the original error matters more than its note
         log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
+    from offsetbatch.source.admin import KafkaAdmin
 
 # The rejected rows, built when asked: the job knows them only once the data write has run (its one
 # pass over Kafka collects them), so every sink's ``stage`` passes this on, wrapped if it adds columns.
@@ -178,6 +179,10 @@ class Sink(ABC):
     def check_reread(self, batch_ids: list[int], what: str) -> None:
         """Called when planning ``what`` (a replay, a rewind) that re-reads committed batches: a sink
         whose output cannot be replaced (an append-only topic) refuses (``RunRequestError``)."""
+
+    def check_source(self, reads_topic: Callable[[str], bool], source: "KafkaAdmin") -> None:
+        """Called by the plan task before the ledger is opened, with the pipeline's source cluster:
+        a sink that would write where the pipeline reads refuses (``SinkTargetError``)."""
 
     def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Called by the commit before its ledger transaction: refuse (``SinkSchemaError``) an

@@ -58,6 +58,7 @@ class KafkaAdmin:
         self.bootstrap = self.client.bootstrap
         self.isolation = IsolationLevel.READ_COMMITTED if isolation_level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
         self.admin = connect_admin(self.client)
+        self._cluster_id: str | None = None
 
     @classmethod
     def for_connection(cls, conn_id: str, isolation_level: str = "read_uncommitted") -> "KafkaAdmin":
@@ -103,6 +104,12 @@ class KafkaAdmin:
             return {}
         res = self.admin.list_partition_offsets(specs, isolation_level=self.isolation)
         return {TopicPartition(tp.topic, tp.partition): v for tp, v in res.items()}
+
+    def cluster_id(self) -> str:
+        """The cluster's id (KRaft's, or ZooKeeper's): two connections reach one cluster when equal."""
+        if self._cluster_id is None:
+            self._cluster_id = self.admin.describe_cluster()["cluster_id"]
+        return self._cluster_id
 
     def offsets(self, tps: set[TopicPartition] | list[TopicPartition], cut_timestamp_ms: int | None = None) -> dict[TopicPartition, PartitionOffsets]:
         """Earliest, latest and (optionally) the time cut of each partition, in 2–3 batched requests."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError
@@ -101,6 +101,27 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                 f"is append-only: their records would be in {self.settings.topic} twice. Nothing was changed. If the "
                 f"topic's consumers can tell a republished record apart (header offsetbatch.republish-of), set "
                 f"sink.republish: true and trigger it again.")
+
+    def check_source(self, reads_topic: Callable[[str], bool], source: "KafkaAdmin") -> None:
+        """An output or dead-letter topic named like a source topic, on another connection: the same
+        cluster (by cluster id) would be a write-back loop. The config refuses it on one connection."""
+        from offsetbatch.errors import SinkTargetError
+        from offsetbatch.source.admin import KafkaAdmin
+        from offsetbatch.source.connection import from_connection
+
+        named = {f"sink.{field}": topic for field in ("topic", "dead_letter_topic")
+                 if (topic := getattr(self.settings, field)) and reads_topic(topic)}
+        if not named:
+            return
+        with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as output:
+            same = output.cluster_id() == source.cluster_id()
+        if same:
+            field, topic = next(iter(named.items()))
+            raise SinkTargetError(
+                f"{self.where()}: {field} {topic!r} is a topic this pipeline reads: connection "
+                f"'{self.settings.conn_id}' reaches the same Kafka cluster as the source's (cluster id "
+                f"{source.cluster_id()}), so each run would write its records back into its own source and the next "
+                f"run would read them again. Nothing was changed. Write to another topic.")
 
     def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Before the ledger transaction, while the batch is still planned: a replay planned before

@@ -144,9 +144,13 @@ class KafkaCluster:
         with ThreadPoolExecutor(len(self.nodes)) as pool:
             launched = list(zip(self.nodes, pool.map(KafkaBroker.launch, self.nodes)))
         deadline = time.monotonic() + timeout
-        for node, proc in launched:
-            node.wait_ready(max(1.0, deadline - time.monotonic()), proc)
-        self.wait_registered(max(1.0, deadline - time.monotonic()))
+        try:
+            for node, proc in launched:
+                node.wait_ready(max(1.0, deadline - time.monotonic()), proc)
+            self.wait_registered(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop(hard=True)  # a node that failed leaves no others running without a majority
+            raise
         took = time.monotonic() - t0
         if any(proc for _, proc in launched):
             log.info("kafka cluster of %d nodes ready on %s in %.1fs", self.brokers, self.bootstrap, took)
