@@ -147,7 +147,7 @@ def test_a_record_stamped_far_in_the_future_does_not_stall_the_pipeline(make_pip
     assert first.ok, first.output[-4000:]
     assert [(r.from_offset, r.until_offset) for r in p.ledger.list_batches(p.name)[0].ranges] == [(0, 300)]
 
-    status = json.loads(subprocess.run(["offsetbatch", "--pipelines", str(p.root), "--json", "status", p.name],
+    [status] = json.loads(subprocess.run(["offsetbatch", "--pipelines", str(p.root), "--json", "status", p.name],
                                        env=p.env, capture_output=True, text=True, timeout=120).stdout)
     [part] = status["partitions"]
     assert part["lag_records"] == 201 and part["lag_seconds"] > 0, part
