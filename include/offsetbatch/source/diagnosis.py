@@ -124,11 +124,14 @@ def explain(exc: BaseException, client: "KafkaClientConfig", logged: list[str] |
         return KafkaAuthError(
             f"{where}: the broker requires a client certificate. Set ssl.certificate.location and ssl.key.location "
             f"of connection '{client.conn_id}'. Nothing was changed.")
-    if isinstance(exc, kerr.SaslAuthenticationFailedError) or "authentication failed" in low or "sasl" in low and "fail" in low:
+    refused = isinstance(exc, kerr.SaslAuthenticationFailedError) or "authentication failed" in low or \
+        "sasl" in low and "fail" in low
+    if refused or client.uses_sasl and _closed_after_handshake(logged or []) >= 2:
         return KafkaAuthError(
             f"{where}: authentication failed for user {user!r} ({client.mechanism}). The password is wrong or the "
             f"user does not exist on the broker (SCRAM does not say which). Fix sasl.username / sasl.password of "
-            f"connection '{client.conn_id}', or create the user on the cluster. Nothing was changed.")
+            f"connection '{client.conn_id}', or create the user on the cluster. Nothing was changed."
+            + ("" if refused else " (The broker answered, then closed each connection during the SASL exchange.)"))
     if "certificate_verify_failed" in low or "certificate verify failed" in low or isinstance(exc, ssl.SSLCertVerificationError):
         if "hostname" in low or "ip address mismatch" in low:
             fix = ("its certificate does not name the host in bootstrap.servers: use the name the certificate has, or "
@@ -164,6 +167,20 @@ def explain(exc: BaseException, client: "KafkaClientConfig", logged: list[str] |
     return KafkaUnreachableError(
         f"{where}: no broker answered within {CONNECT_TIMEOUT_MS // 1000} s ({type(exc).__name__}: {exc}). Is the "
         f"cluster up and {client.bootstrap} reachable from this host? The task's retries try again.")
+
+
+def _closed_after_handshake(logged: list[str]) -> int:
+    """How many connections the broker closed right after answering the client's first request
+    (kafka-python logs "Broker version identified", then "socket disconnected"). With SASL that is
+    the broker refusing the login: kafka-python does not always see the refusal itself before the
+    socket closes, and a slow broker never answers, so the two are not confused."""
+    closed, answered = 0, False
+    for line in logged:
+        if "Broker version identified" in line:
+            answered = True
+        elif "socket disconnected" in line and answered:
+            closed, answered = closed + 1, False
+    return closed
 
 
 # A Kafka ApiVersions v0 request (a broker answers it before any authentication), followed by a

@@ -260,3 +260,34 @@ def test_a_port_nothing_listens_on_is_not_classified():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
     assert diagnosis._listener(f"127.0.0.1:{port}") is None
+
+
+# What kafka-python 3 logged while a SASL_SSL broker refused a wrong password without the client
+# seeing the refusal (5 of 13 tries against the real broker): each connection is answered, then closed.
+REFUSED_UNSEEN = [
+    "Attempting bootstrap to bootstrap-0 at 127.0.0.1:22092 (rack None)",
+    "<KafkaSSLTransport [127.0.0.1:22092<-35106]>: connected to <ssl.SSLSocket fd=19>",
+    "<KafkaConnection node_id=bootstrap-0 host=[127.0.0.1:22092<-35106] broker_version=unknown (initializing)>: "
+    "Broker version identified as 4.1",
+    "<KafkaSSLTransport [127.0.0.1:22092<-35106]>: socket disconnected",
+    "Bootstrap connection to bootstrap-0 failed: KafkaConnectionError: socket disconnected (backoff 0.06 secs)",
+    "<KafkaSSLTransport [127.0.0.1:22092<-35114]>: connected to <ssl.SSLSocket fd=19>",
+    "<KafkaConnection node_id=bootstrap-0 broker_version=(4, 1) (initializing)>: Broker version identified as 4.1",
+    "<KafkaSSLTransport [127.0.0.1:22092<-35114]>: socket disconnected",
+]
+
+
+def test_a_broker_that_answers_then_closes_every_sasl_login_refused_it(ca):
+    """Not "overloaded or stuck" after 40 s and retried: the broker answered each connection's first
+    request, so it is up, and it closed each one during the SASL exchange."""
+    from kafka import errors as kerr
+
+    from offsetbatch.source import diagnosis
+
+    client = from_settings("kafka_secure", _secured(ca))
+    error = diagnosis.explain(kerr.KafkaTimeoutError("Unable to bootstrap"), client, REFUSED_UNSEEN)
+    assert isinstance(error, KafkaAuthError)
+    assert "authentication failed for user 'pipe'" in str(error) and "closed each connection during the SASL" in str(error)
+    # a broker that never answered (no "Broker version identified") is not called a refusal
+    silent = [line for line in REFUSED_UNSEEN if "Broker version" not in line]
+    assert diagnosis._closed_after_handshake(silent) == 0 and diagnosis._closed_after_handshake(REFUSED_UNSEEN) == 2
