@@ -59,7 +59,7 @@ def test_crash_after_planning_then_rerun_of_the_same_run(new_pipeline):
     assert report.ok, report.summary()
 
 
-def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark):
+def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark, request):
     p = new_pipeline()
     _committed_first_hour(p)
     committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
@@ -71,7 +71,11 @@ def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark):
     crashed.assert_failed_with("the next run (or a retry of this task) re-executes batch(es) 2 unchanged")
     layout = TableLayout(p.table)
     partial = list(Path(layout.staging(2)).rglob("part-*"))
-    assert partial, "the killed attempt left partial files in its staging folder"
+    if request.node.callspec.params["new_pipeline"] == "local":
+        # local[2]: the executors are the driver's threads and die with it, mid-write
+        assert partial, "the killed attempt left partial files in its staging folder"
+    # On a cluster the executor JVM outlives the driver for a moment and may abort its task, which
+    # deletes the task's temporary files (seen once in CI): partial files or none, what follows holds.
     assert not list(Path(layout.staging(2)).rglob("_manifest.json"))
     assert p.ledger.get_batch(p.name, 2).status == "planned"
     assert not _published(p, 2)
