@@ -225,8 +225,9 @@ def test_browser_pages_show_the_ledger(ui_pipeline, ui_server):
             page.click("button[type=submit]")
             page.wait_for_url(lambda u: "/auth/" not in u, timeout=60_000)
 
-            # Pipelines page, from the navigation.
-            page.get_by_role("link", name="Pipelines").click()
+            # Pipelines page, from the navigation (the home page's asset events link table
+            # URIs, which may contain "pipelines" too).
+            page.get_by_test_id("nav-sidebar").get_by_role("link", name="Pipelines", exact=True).click()
             frame = _plugin_frame(page, "/offsetbatch/")
             row = f'tr.pipeline[data-pipeline="{p.name}"]'
             frame.wait_for_selector(row)
