@@ -18,6 +18,7 @@ from offsetbatch.paths import PROJECT_ROOT
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
 from offsetbatch_dev.stack.postgres import PostgresCluster
+from offsetbatch_dev.stack.s3_server import S3Server
 from offsetbatch_dev.stack.spark_cluster import SparkCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
@@ -209,6 +210,16 @@ def clusters(test_state, spark_standalone):
     kafka.start()
     yield kafka, spark_standalone
     kafka.wipe()
+
+
+@pytest.fixture(scope="module")
+def s3_server(test_state):
+    """S3Proxy (a real S3 REST API, objects in its memory) on loopback with bucket ``tables``: the
+    object store of the S3 sink tests (issue 27). Per module: only those modules use it."""
+    server = S3Server(port=worker_port(19500), home=test_state / "s3", buckets=["tables"])
+    server.start()
+    yield server
+    server.stop()
 
 
 TEST_KAFKA_SECURE_PORT = worker_port(19192)  # its controller listener takes the next port

@@ -112,3 +112,12 @@ class KafkaAuthError(ConfigError):
 
 class KafkaUnreachableError(OffsetbatchError):
     """No Kafka broker answered: a retry may succeed once it is back."""
+
+
+class StorageConnectionError(ConfigError):
+    """The object store's connection is missing, incomplete, or refused by the store (wrong key, no
+    such bucket, no write permission): no retry fixes that."""
+
+
+class StorageUnreachableError(OffsetbatchError):
+    """The object store's endpoint did not answer: a retry may succeed once it is back."""

@@ -13,6 +13,9 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
                               file is written, the catalog row not yet swapped to it
     commit.after_iceberg_commit      (iceberg sink) after each table's snapshot commit (rows, then
                               rejected records), before the ledger marks the batch published
+    commit.manifest_published (files sink on an object store) the batch's manifest is published, the
+                              batch's other attempts and the replaced folder not yet deleted, the
+                              ledger not yet marking the batch published
     commit.kafka_records_sent (kafka sink) every record of the batch sent and flushed inside its
                               open Kafka transaction, before the marker and the transaction's commit
     commit.after_kafka_commit (kafka sink) after the Kafka transaction committed, before the ledger

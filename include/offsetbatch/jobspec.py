@@ -102,6 +102,7 @@ class Manifest:
     job_seconds: float
     spark_version: str
     attempt: str | None = None  # the Spark attempt that wrote it (published manifests say which one is in)
+    location: str | None = None  # on an object store: the attempt folder the published files stay in
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))

@@ -1,4 +1,5 @@
-"""Spark's Kafka connector jars, as the runtime needs them: handed to ``spark-submit --jars``.
+"""Spark's Kafka connector jars, and Hadoop's S3A for a sink on an S3 API, as the runtime needs
+them: handed to ``spark-submit --jars``.
 
 They are resolved once from Maven Central into the cache folder: by ``make setup``
 (``offsetbatch-stack fetch``) in a checkout, by the Dockerfile's Maven stage in the image. At run
@@ -25,3 +26,25 @@ def spark_connector_jars() -> list[str]:
             f"Spark's Kafka connector is not cached in {out}. Run 'make setup' (needs Maven Central once)."
         )
     return sorted(str(p) for p in out.glob("*.jar"))
+
+
+def spark_s3a_dir() -> Path:
+    return cache_dir() / "spark-s3a" / "jars"
+
+
+def spark_s3a_jars() -> list[str]:
+    """hadoop-aws and the AWS SDK bundle (about 700 MB): only for pipelines whose sink is on S3."""
+    out = spark_s3a_dir()
+    if not (out / ".complete").exists():
+        raise ArtifactError(
+            f"Hadoop's S3A connector (hadoop-aws) is not cached in {out}, and this pipeline's sink is on S3. Run "
+            f"'make setup' (needs Maven Central once)."
+        )
+    return sorted(str(p) for p in out.glob("*.jar"))
+
+
+def job_jars(sink_path: str) -> list[str]:
+    """Every jar the job of a pipeline whose sink is at ``sink_path`` needs."""
+    from offsetbatch import storage
+
+    return spark_connector_jars() + (spark_s3a_jars() if storage.scheme(sink_path) in ("s3a", "s3") else [])

@@ -117,10 +117,16 @@ class SparkSubmission:
 
 
 def spark_job_secrets(pipeline: Pipeline) -> dict[str, str]:
-    """The Kafka secrets the job needs (SASL login, client key), from the pipeline's Kafka
-    connection at submit time; empty for a PLAINTEXT connection. The operator hands them over in a
-    private file (``source.connection.write_secrets_file``), never in arguments or the job spec."""
-    return from_connection(pipeline.cfg.kafka.conn_id).spark_secrets()
+    """The secrets the job needs, from the pipeline's connections at submit time: the Kafka ones
+    (``kafka.*``: SASL login, client key; none for PLAINTEXT) and an object store's (``fs.s3a.*``,
+    ``storage.s3.S3Settings.hadoop_options``). The operator hands them over in a private file
+    (``source.connection.write_secrets_file``), never in arguments or the job spec."""
+    secrets = from_connection(pipeline.cfg.kafka.conn_id).spark_secrets()
+    if pipeline.cfg.sink.storage_conn_id:
+        from offsetbatch.storage.s3 import S3Settings
+
+        secrets.update(S3Settings.from_connection(pipeline.cfg.sink.storage_conn_id).hadoop_options())
+    return secrets
 
 
 class NothingToRun(Exception):

@@ -23,7 +23,7 @@ KAFKA_SOURCE_DDL = ("`key` BINARY, `value` BINARY, `topic` STRING, `partition` I
 
 def kafka_client_options(spec: JobSpec, secrets: dict[str, str]) -> dict[str, str]:
     """The connection's ``kafka.*`` options: the spec's (non-secret) and the secrets file's."""
-    options = {**spec.kafka_options, **secrets}
+    options = {**spec.kafka_options, **{k: v for k, v in secrets.items() if k.startswith("kafka.")}}
     protocol = options.get("kafka.security.protocol", "PLAINTEXT")
     if "kafka.sasl.jaas.config" in secrets and not protocol.startswith("SASL_"):
         raise ConfigError(

@@ -142,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
                         "kafka.* options; the spark_job task writes it and removes it after the run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
-    specs = [JobSpec.load(uri) for uri in args.spec]
     secrets = read_secrets_file(args.kafka_secrets) if args.kafka_secrets else {}
     if args.kafka_secrets:  # read once; nothing needs it on disk any longer (the task removes its folder too)
         os.unlink(args.kafka_secrets)
+    bind_object_store(secrets, args.spec)  # before the specs are read: they may be on it
+    specs = [JobSpec.load(uri) for uri in args.spec]
     ids = "-".join(str(s.batch_id) for s in specs)
     builder = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}")
     if not SparkConf().contains("spark.driver.maxResultSize"):
@@ -167,6 +168,9 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
     # Spark redacts data source options whose name or value matches this in plans, the UI and
     # event logs; its default ("url") misses the SASL login and an inline client key.
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
+    for key, value in object_store_options(secrets).items():
+        spark.conf.set(key, value)  # Hadoop's S3A reads the session's fs.* settings; Spark redacts the secret ones
+    bind_object_store(secrets, [spec.sink["path"] for spec in specs])
     manifests = []
     for spec in specs:
         try:
@@ -175,6 +179,24 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
             _leave_error(spec, attempt, exc)
             raise
     return manifests
+
+
+def object_store_options(secrets: dict[str, str]) -> dict[str, str]:
+    """The ``fs.*`` (Hadoop S3A) settings among the job's secrets: the sink's object store."""
+    return {k: v for k, v in secrets.items() if k.startswith("fs.")}
+
+
+def bind_object_store(secrets: dict[str, str], locations: list[str]) -> None:
+    """This process's own file operations (specs, manifests) on the object store, with the same settings."""
+    options = object_store_options(secrets)
+    if not options:
+        return
+    from offsetbatch.storage.s3 import S3Settings
+
+    settings = S3Settings.from_hadoop_options(options)
+    for location in locations:
+        if storage.scheme(location) in ("s3a", "s3"):
+            storage.register_s3(storage.bucket_of(location), settings.filesystem())
 
 
 def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:

@@ -115,6 +115,16 @@ def _transform(cfg: PipelineConfig) -> str:
     return "; ".join(parts) + " (column names are checked by the Spark job before it reads Kafka)"
 
 
+def _object_store(cfg: PipelineConfig) -> str:
+    """The sink's bucket: reached, and one object written, read back and deleted."""
+    from offsetbatch.dag.spark_jars import spark_s3a_jars
+    from offsetbatch.storage.s3 import S3Settings, check_bucket
+
+    settings = S3Settings.from_connection(cfg.sink.storage_conn_id)
+    check_bucket(settings, cfg.sink.path)
+    return f"{cfg.sink.path}: writable with connection {cfg.sink.storage_conn_id}; {len(spark_s3a_jars())} S3A jars"
+
+
 def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
     checks = [
         _run("java", _java, "install Java 17 (Debian: apt-get install openjdk-17-jre-headless)"),
@@ -143,4 +153,9 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
                            f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
                            f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
                            f"{cfg.name}'"))
+        if cfg.sink.storage_conn_id:
+            checks.append(_run(f"{cfg.name}: object store", lambda c=cfg: _object_store(c),
+                               f"fix Airflow connection {cfg.sink.storage_conn_id} (type aws: login = access key id, "
+                               f"password = secret, extra endpoint_url/region_name) or sink.path in {cfg.source_file}; "
+                               f"'make setup' caches the S3A jars"))
     return checks

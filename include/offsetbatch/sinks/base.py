@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offsetbatch import storage
 from offsetbatch.sinks.staging import StagingLayout
@@ -85,11 +85,24 @@ class SinkSettings(BaseModel):
     type: str = Field("files", description="which sink publishes the batches (offsetbatch.sinks.SINKS)")
     path: str = Field(description="table root (files sink) or staging root: a local path or a Hadoop-compatible URI")
     event_time_column: str | None = Field(None, description="output column whose date sub-partitions the output")
+    storage_conn_id: str | None = Field(None, description="Airflow connection (type aws) of the object store that "
+                                        "holds path (s3a:// or s3://): endpoint, region, credentials")
 
     @field_validator("path")
     @classmethod
     def _absolute(cls, v: str) -> str:
         return absolute_location(v)
+
+    @model_validator(mode="after")
+    def _storage_connection(self) -> "SinkSettings":
+        on_s3 = storage.scheme(self.path) in ("s3a", "s3")
+        if on_s3 and not self.storage_conn_id:
+            raise ValueError(f"sink.path {self.path!r} is on an S3 API: set sink.storage_conn_id to the Airflow "
+                             f"connection (type aws) that holds its endpoint, region and credentials")
+        if self.storage_conn_id and not on_s3:
+            raise ValueError(f"sink.storage_conn_id is set but sink.path {self.path!r} is not an s3a:// or s3:// "
+                             f"location; remove it or fix sink.path")
+        return self
 
     @classmethod
     def bind_ledger(cls, sink: dict, ledger: Any) -> dict:
@@ -119,6 +132,8 @@ class Sink(ABC):
         self.pipeline = pipeline
         self.settings = settings
         self.staging = StagingLayout(settings.path)
+        if settings.storage_conn_id:
+            storage.bind_s3(settings.path, settings.storage_conn_id)
 
     # ---- names -------------------------------------------------------------------------------
 

@@ -1,4 +1,6 @@
-"""The ``files`` sink: a Parquet table of one folder per batch, published by renames.
+"""The ``files`` sink: a Parquet table of one folder per batch.
+
+On a disk or HDFS (a folder rename is one atomic operation), published by renames:
 
     <table>/batch_id=N/[event_date=D/]part-*.parquet     committed output (the read path)
     <table>/_rejected/batch_id=N/part-*.parquet           committed rejected records
@@ -10,6 +12,16 @@ Readers of ``<table>`` see only published batches: everything unpublished sits u
 ledger transaction, so ``spark.read.parquet(table)`` never shows an uncommitted batch. A replay of
 batch N replaces the folder ``batch_id=N`` (a rename at a time: a reader listing the table during
 that rename can see neither version of N; table formats with snapshots avoid that).
+
+On an object store (``s3a://``, ``s3://``: no rename, a "move" copies every object) nothing is
+moved. The job writes an attempt's files once, into its attempt folder; publishing writes the
+manifest ``_offsetbatch/manifests/batch_id=N.json`` (one PUT: there whole or not at all) naming
+that folder and its files, and the manifest *is* the publication. ``read_committed`` reads the
+files the manifests name; a plain ``spark.read.parquet(table)`` lists no data on an object store
+(all of it is under ``_offsetbatch/``), so readers there use ``read_committed``, the manifests, or
+the iceberg sink. A replay swaps the manifest to the new attempt's folder, then deletes the old
+folder; the folders a crash leaves unreferenced are listed in ``_offsetbatch/trash/`` before the
+swap and deleted by the next publish (``_sweep``).
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from offsetbatch import storage
+from offsetbatch import faults, storage
 from offsetbatch.jobspec import Manifest
 from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, Sink, SinkSettings
 from offsetbatch.sinks.rejected_files import RejectedFolders
@@ -25,6 +37,8 @@ from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+MANIFEST_PUBLISHED = "commit.manifest_published"
 
 
 class TableLayout(StagingLayout):
@@ -59,11 +73,19 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         """The sink of an existing table folder (readers and tools that have no pipeline config)."""
         return cls(pipeline, SinkSettings(path=table))
 
+    @property
+    def in_place(self) -> bool:
+        """Published where the job wrote it (an object store), not moved into the table."""
+        return not storage.renames_are_cheap(self.settings.path)
+
     def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
                 kind: str = "") -> None:
         """Move the attempt's output into the table, replacing what was published before. Each step
         is a rename and the whole is idempotent. The batch's other attempts (crashed, or redundant
-        re-executions of the same batch) are deleted; other batches' staging is not touched."""
+        re-executions of the same batch) are deleted; other batches' staging is not touched. On an
+        object store: ``_publish_in_place``."""
+        if self.in_place:
+            return self._publish_in_place(batch_id, output_id, attempt)
         layout = self.layout
         moves = [
             (layout.staging_data(batch_id, attempt), layout.data(output_id)),
@@ -80,7 +102,51 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         storage.remove(layout.staging(batch_id))
         storage.remove(f"{layout.meta}/trash")
 
+    def _publish_in_place(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """The attempt's files stay where the job wrote them; the published manifest names them.
+        Steps, each idempotent: note the folder the manifest names now (it is replaced), write the
+        new manifest (the publication), delete the batch's other attempts, then the noted folder."""
+        layout, folder = self.layout, self.layout.attempt(batch_id, attempt)
+        self._sweep()
+        current = self._published(output_id)
+        staged = layout.staging_manifest(batch_id, attempt)
+        if current is None or current.location != folder:
+            manifest = Manifest.load(staged)
+            manifest.location = folder
+            if current is not None and current.location:
+                self._note_trash(output_id, current.location)
+            manifest.save(layout.manifest(output_id))
+            faults.checkpoint(MANIFEST_PUBLISHED)
+        for other in storage.children(layout.staging(batch_id)):
+            if other != f"attempt={attempt}":
+                storage.remove(f"{layout.staging(batch_id)}/{other}")
+        self._sweep()
+
+    def _published(self, output_id: int) -> Manifest | None:
+        uri = self.layout.manifest(output_id)
+        return Manifest.load(uri) if storage.exists(uri) else None
+
+    def _note_trash(self, output_id: int, folder: str) -> None:
+        storage.write_json(self.layout.trash(f"output_id={output_id}-{time.time_ns()}.json"),
+                           {"output_id": output_id, "folder": folder})
+
+    def _sweep(self) -> None:
+        """Delete the folders noted in ``_offsetbatch/trash/`` that no published manifest names any more."""
+        for uri in storage.files(f"{self.layout.meta}/trash", suffix=".json"):
+            note = storage.read_json(uri)
+            current = self._published(note["output_id"])
+            if current is None or current.location != note["folder"]:
+                storage.remove(note["folder"])
+            storage.remove(uri)
+
     def retire(self, output_id: int) -> None:
+        if self.in_place:
+            current = self._published(output_id)
+            if current is not None and current.location:
+                self._note_trash(output_id, current.location)
+            storage.remove(self.layout.manifest(output_id))
+            self._sweep()
+            return
         for path in (self.layout.data(output_id), self.rejected.of(output_id), self.layout.manifest(output_id)):
             storage.remove(path)
 
@@ -103,16 +169,46 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         return storage.exists(uri) and Manifest.load(uri).attempt == attempt
 
     def describe(self, output_id: int) -> str:
+        if self.in_place:
+            current = self._published(output_id)
+            return f"{current.location}/data" if current and current.location else self.layout.manifest(output_id)
         return self.layout.data(output_id)
 
     def locations(self, output_id: int) -> dict[str, str]:
+        if self.in_place:
+            current = self._published(output_id)
+            folder = current.location if current and current.location else "(not published)"
+            return {"data": f"{folder}/data", "rejected": f"{folder}/rejected",
+                    "manifest": self.layout.manifest(output_id)}
         return {"data": self.layout.data(output_id), "rejected": self.rejected.of(output_id),
                 "manifest": self.layout.manifest(output_id)}
 
     def read_committed(self, spark: "SparkSession") -> "DataFrame":
         """Committed output, with ``batch_id`` (and ``event_date`` if configured) as partition columns."""
+        if self.in_place:
+            return self._read_manifests(spark, "data")
         return spark.read.parquet(self.settings.path)
 
     def read_rejected(self, spark: "SparkSession") -> "DataFrame":
         """kafka_topic/partition/offset/timestamp/key, raw_value, error, batch_id."""
+        if self.in_place:
+            return self._read_manifests(spark, "rejected")
         return spark.read.parquet(self.rejected.base)
+
+    def _read_manifests(self, spark: "SparkSession", part: str) -> "DataFrame":
+        """The files the published manifests name, each batch's with its output id as ``batch_id``
+        (``event_date`` from the folder names, as a plain read of the table has it on a disk)."""
+        from functools import reduce
+
+        from pyspark.sql import functions as F
+
+        frames = []
+        for output_id, manifest in self.published_manifests().items():
+            files = manifest.data_files if part == "data" else manifest.rejected_files
+            if files:
+                base = f"{manifest.location}/{part}"
+                frames.append(spark.read.option("basePath", base).parquet(*files)
+                              .withColumn("batch_id", F.lit(output_id)))
+        if not frames:
+            raise FileNotFoundError(f"{self.where()}: no published batch yet (no manifest under {self.layout.meta}/manifests)")
+        return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)

@@ -131,6 +131,41 @@ def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | No
 
 # ---- the postgres sink: the table is the read path ------------------------------------------------
 
+# ---- the files sink on an object store: the published manifests name the files ---------------------
+
+def object_store_rows(fs, table: str, columns: list[str], part: str = "data") -> dict[int, list[tuple]]:
+    """Rows of each published batch of a files table on an object store, read with ``fs`` (a
+    pyarrow filesystem the caller built, not offsetbatch's): the manifests under
+    ``_offsetbatch/manifests/`` as JSON, then the Parquet files each names, with pyarrow."""
+    import json
+
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    root = table.partition("://")[2]
+    found = fs.get_file_info(pafs.FileSelector(f"{root}/_offsetbatch/manifests", allow_not_found=True))
+    out: dict[int, list[tuple]] = {}
+    for info in sorted(found, key=lambda i: i.path):
+        if not info.path.endswith(".json"):
+            continue
+        with fs.open_input_stream(info.path) as f:
+            manifest = json.loads(f.read())
+        rows: list[tuple] = []
+        for uri in manifest["data_files" if part == "data" else "rejected_files"]:
+            t = pq.read_table(uri.partition("://")[2], filesystem=fs, columns=columns)
+            rows.extend(zip(*(t.column(c).to_pylist() for c in columns)))
+        out[manifest["output_id"]] = rows
+    return out
+
+
+def check_object_store(fs, table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
+                       ledger: Ledger | None = None, pipeline: str | None = None) -> Report:
+    ids = [r[0] for rows in object_store_rows(fs, table, ["event_id"]).values() for r in rows]
+    rejected = ([r for rows in object_store_rows(fs, table, ["kafka_partition", "kafka_offset"], "rejected").values()
+                 for r in rows] if malformed is not None else None)
+    return _report(ids, rejected, valid_ids, malformed, ledger, pipeline)
+
+
 def table_rows(url: str, table: str, columns: list[str], where: str = "") -> list[tuple]:
     """Rows of a postgres sink's table (``schema.table``), read with plain SQL: every row there
     belongs to a committed batch. ``where`` is fixed SQL from the caller, never user input."""

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from offsetbatch.dag.spark_jars import spark_connector_jars
+from offsetbatch.dag.spark_jars import job_jars
 from offsetbatch.paths import PROJECT_ROOT
 
 JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
@@ -72,7 +72,7 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
 
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         if not self.jars:
-            self.jars = ",".join(spark_connector_jars())
+            self.jars = ",".join(job_jars(pipeline.cfg.sink.path))
         self.name = submission.name
         secrets_file = None
         try:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from offsetbatch.dag.spark_jars import spark_connector_dir
+from offsetbatch.dag.spark_jars import spark_connector_dir, spark_s3a_dir
 from offsetbatch.errors import ArtifactError
 from offsetbatch.paths import PROJECT_ROOT, cache_dir
 
@@ -99,7 +99,30 @@ def fetch_spark_connector() -> Path:
     return out
 
 
+def fetch_spark_s3a() -> Path:
+    """hadoop-aws and the AWS SDK bundle it declares, minus the jars PySpark ships."""
+    out = spark_s3a_dir()
+    _resolve("spark-s3a-connector.pom.xml", out)
+    shipped = _pyspark_jar_names()
+    for jar in out.glob("*.jar"):
+        if _artifact_id(jar.name) in shipped:
+            jar.unlink()
+    return out
+
+
+def s3proxy_jar() -> Path:
+    return cache_dir() / "s3proxy" / "s3proxy-2.6.0-jar-with-dependencies.jar"
+
+
+def fetch_s3proxy() -> Path:
+    """S3Proxy's self-contained jar (the S3 server of the tests and the local stack)."""
+    _resolve("s3proxy.pom.xml", s3proxy_jar().parent)
+    return s3proxy_jar()
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     print(f"kafka broker jars: {fetch_kafka()}")
     print(f"spark connector jars: {fetch_spark_connector()}")
+    print(f"spark s3a jars: {fetch_spark_s3a()}")
+    print(f"s3proxy: {fetch_s3proxy()}")

@@ -1,10 +1,11 @@
 """``offsetbatch-stack``: fetch artifacts; start/stop the local Kafka, PostgreSQL and Spark servers.
 
-    offsetbatch-stack fetch                      resolve broker + Spark connector jars (once)
+    offsetbatch-stack fetch                      resolve broker, Spark connector, S3A and S3Proxy jars (once)
     offsetbatch-stack kafka start|stop|status|wipe [--port 9092] [--secure [--acl]] [--brokers 3]
     offsetbatch-stack postgres start|stop|status|wipe [--port 54329]
     offsetbatch-stack spark start|stop|status|wipe [--workers 1] [--cores 2] [--memory 2g] [--port 7077] [--ui-port 8180]
     offsetbatch-stack spark-connect start|stop|status|wipe [--port 15002] [--master local[*]] [--jars a.jar,b.jar]
+    offsetbatch-stack s3 start|stop|status [--port 19500] [--bucket NAME ...] [--backend transient|filesystem]
 
 Every server binds 127.0.0.1 only, keeps its state under OFFSETBATCH_HOME (default .local/), and
 is stopped by the pid it recorded; starting a running one is harmless.
@@ -23,6 +24,8 @@ from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
 from offsetbatch_dev.stack.kafka_security import ADMIN, PIPELINE
 from offsetbatch_dev.stack.postgres import PostgresCluster, PostgresError
 from offsetbatch_dev.stack.processes import StackProcessError
+from offsetbatch_dev.stack.s3_server import DEFAULT_PORT as S3_PORT
+from offsetbatch_dev.stack.s3_server import S3Server
 from offsetbatch_dev.stack.spark_cluster import DEFAULT_MASTER_PORT, DEFAULT_UI_PORT, SparkCluster
 from offsetbatch_dev.stack.spark_connect import DEFAULT_PORT as CONNECT_PORT
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
@@ -35,10 +38,28 @@ def _print_secure_paths(broker: KafkaBroker) -> None:
     print(f"  {ADMIN} user's Kafka connection extra (owner-only JSON): {broker.credentials_file(ADMIN)}")
 
 
+def _s3(args: argparse.Namespace) -> int:
+    server = S3Server(port=args.port, backend=args.backend, buckets=args.bucket)
+    if args.action == "start":
+        server.start()
+        print(f"s3proxy ({server.backend}) ready on {server.endpoint}, pid {server.pid()}"
+              + (f", buckets {', '.join(args.bucket)}" if args.bucket else ""))
+        print(f"  Airflow connection (type aws, owner-only JSON): {server.connection_file}")
+        print(f"  use it: export AIRFLOW_CONN_S3_DEFAULT=\"$(cat {server.connection_file})\"")
+        return 0
+    if args.action == "stop":
+        server.stop()
+        print(f"s3proxy on {server.endpoint} stopped")
+        return 0
+    pid = server.pid()
+    print(f"s3proxy on {server.endpoint}: " + (f"running, pid {pid}" if pid else "stopped"))
+    return 0 if pid else 3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="offsetbatch-stack", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="service", required=True)
-    sub.add_parser("fetch", help="resolve the Kafka broker and Spark connector jars from Maven Central")
+    sub.add_parser("fetch", help="resolve the Kafka broker, Spark connector, S3A and S3Proxy jars from Maven Central")
     for name, port_env, default in (("kafka", "KAFKA_PORT", 9092), ("postgres", "PG_PORT", 54329)):
         p = sub.add_parser(name, help=f"manage the local {name} server")
         p.add_argument("action", choices=["start", "stop", "status", "wipe"])
@@ -72,6 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jars", default="",
                    help="comma-separated jars added to Spark's Kafka connector jars on the server's classpath")
     p.add_argument("--driver-memory", default="1g", help="the server's (driver's) heap (default 1g)")
+    p = sub.add_parser("s3", help="manage a local S3 API server (S3Proxy)")
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("--port", type=int, default=int(os.environ.get("S3_PORT", S3_PORT)),
+                   help="HTTP port on 127.0.0.1 (S3_PORT, default %(default)s)")
+    p.add_argument("--bucket", action="append", default=[], help="start: create this bucket (repeatable)")
+    p.add_argument("--backend", choices=["transient", "filesystem"], default="transient",
+                   help="start: objects in memory (default, fast) or on disk under $OFFSETBATCH_HOME/s3/data")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -79,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.service == "fetch":
             print(f"kafka broker jars:    {artifacts.fetch_kafka()}")
             print(f"spark connector jars: {artifacts.fetch_spark_connector()}")
+            print(f"spark s3a jars:       {artifacts.fetch_spark_s3a()}")
+            print(f"s3proxy:              {artifacts.fetch_s3proxy()}")
+        elif args.service == "s3":
+            return _s3(args)
         elif args.service == "kafka" and args.brokers != 1:
             if args.secure or args.acl:
                 parser.error("--brokers with --secure/--acl is not supported yet: a secured broker is a single "

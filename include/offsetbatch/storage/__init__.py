@@ -1,0 +1,132 @@
+"""File operations on a sink's folders through fsspec, on a local disk, HDFS, or an object store.
+
+Local paths and ``file://`` use fsspec's local filesystem. ``s3a://`` and ``s3://`` locations
+(``storage.s3``) use pyarrow's S3 filesystem, wrapped for fsspec, with the settings of the
+pipeline's Airflow ``aws`` connection: ``register_s3`` binds a bucket to them once per process
+(the Spark job, from its secrets file), or ``bind_s3`` names the connection to read on first
+use (the pipeline's tasks and the CLI, where Airflow's connections are; never at DAG parse time). An object store has no rename: ``renames_are_cheap``
+tells publishing code whether moving a folder is a rename or a copy of every object in it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import fsspec
+
+from offsetbatch.errors import StorageConnectionError
+
+OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "abfs", "abfss")
+_S3_SCHEMES = ("s3a", "s3")
+_s3_buckets: dict[str, Any] = {}  # bucket -> fsspec filesystem (register_s3)
+_s3_connections: dict[str, str] = {}  # bucket -> Airflow connection id, read on first use (bind_s3)
+
+
+def scheme(uri: str) -> str:
+    return uri.partition("://")[0].lower() if "://" in uri else "file"
+
+
+def renames_are_cheap(uri: str) -> bool:
+    """A folder move is one rename (local disks, HDFS), not a copy and a delete of every object."""
+    return scheme(uri) not in OBJECT_STORE_SCHEMES
+
+
+def bucket_of(uri: str) -> str:
+    return uri.partition("://")[2].partition("/")[0]
+
+
+def register_s3(bucket: str, filesystem: Any) -> None:
+    """Serve ``s3a://bucket/...`` and ``s3://bucket/...`` from ``filesystem`` in this process."""
+    _s3_buckets[bucket] = filesystem
+
+
+def bind_s3(location: str, conn_id: str) -> None:
+    """The bucket of ``location`` is reached with Airflow connection ``conn_id`` (read when first used)."""
+    if scheme(location) in _S3_SCHEMES:
+        _s3_connections.setdefault(bucket_of(location), conn_id)
+
+
+def _fs(uri: str) -> tuple[Any, str]:
+    if scheme(uri) in _S3_SCHEMES:
+        bucket = bucket_of(uri)
+        fs = _s3_buckets.get(bucket)
+        if fs is None and bucket in _s3_connections:
+            from offsetbatch.storage.s3 import S3Settings
+
+            fs = _s3_buckets[bucket] = S3Settings.from_connection(_s3_connections[bucket]).filesystem()
+        if fs is None:
+            raise StorageConnectionError(
+                f"{uri}: no storage connection is bound to bucket {bucket!r} in this process. Set sink.storage_conn_id "
+                f"to an Airflow connection of type aws (access key, secret, endpoint_url, region_name).")
+        return fs, uri.partition("://")[2]
+    return fsspec.core.url_to_fs(uri)
+
+
+def exists(uri: str) -> bool:
+    fs, path = _fs(uri)
+    return fs.exists(path)
+
+
+def read_json(uri: str) -> Any:
+    fs, path = _fs(uri)
+    with fs.open(path, "r") as f:
+        return json.load(f)
+
+
+def write_json(uri: str, obj: Any) -> None:
+    """Readers never see half a file: on a disk, a temporary name and a rename; on an object
+    store, one PUT (an object appears whole or not at all)."""
+    fs, path = _fs(uri)
+    text = json.dumps(obj, indent=1, sort_keys=True, default=str)
+    if not renames_are_cheap(uri):
+        with fs.open(path, "w") as f:
+            f.write(text)
+        return
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    tmp = f"{path}.tmp"
+    with fs.open(tmp, "w") as f:
+        f.write(text)
+    fs.mv(tmp, path)
+
+
+def remove(uri: str) -> None:
+    fs, path = _fs(uri)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def move(src: str, dst: str) -> None:
+    """Rename ``src`` to ``dst`` (atomic for a directory on local disks and HDFS; on an object store
+    a copy of every object: publishing code asks ``renames_are_cheap`` first)."""
+    fs, s = _fs(src)
+    _, d = _fs(dst)
+    fs.makedirs(d.rsplit("/", 1)[0], exist_ok=True)
+    fs.mv(s, d, recursive=True)
+
+
+def files(uri: str, suffix: str = ".parquet") -> list[str]:
+    """The files under ``uri`` ending in ``suffix``, as URIs of the same scheme as ``uri``."""
+    fs, path = _fs(uri)
+    if not fs.exists(path):
+        return []
+    found = sorted(p for p in fs.find(path) if p.endswith(suffix))
+    prefix = f"{scheme(uri)}://" if scheme(uri) in _S3_SCHEMES else ""
+    return [f"{prefix}{p}" for p in found]
+
+
+def children(uri: str) -> list[str]:
+    """The names directly under folder ``uri`` (none if it does not exist)."""
+    fs, path = _fs(uri)
+    if not fs.exists(path):
+        return []
+    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
+
+
+def parquet_schema(uri: str):
+    """The Arrow schema in a Parquet file's footer (the file's data is not read)."""
+    import pyarrow.parquet as pq
+
+    fs, path = _fs(uri)
+    with fs.open(path, "rb") as f:
+        return pq.read_schema(f)

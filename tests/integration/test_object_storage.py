@@ -1,0 +1,159 @@
+"""The files sink on an S3 API (issue 27): S3Proxy serves the S3 REST API; Spark writes through
+Hadoop's S3A, the commit side through pyarrow's S3 filesystem, both configured from one Airflow
+``aws`` connection. A crash at each boundary, then a rerun: every record exactly once, read back
+by the tests' own pyarrow reader (the manifests as JSON, then the Parquet files they name), and no
+object left that no manifest names. Nothing is renamed at commit time on an object store: the
+published manifest is the publication (``offsetbatch.sinks.files``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pyarrow.fs as pafs
+import pytest
+from offsetbatch_dev import verify
+
+from offsetbatch.errors import StorageConnectionError
+from offsetbatch.storage.s3 import S3Settings, check_bucket
+
+pytestmark = pytest.mark.integration
+BASE = datetime(2026, 11, 3, tzinfo=timezone.utc)
+H = timedelta(hours=1)
+CONN_ID = "s3_test"
+
+
+@pytest.fixture
+def s3_pipeline(make_pipeline, s3_server, request, monkeypatch):
+    """``make_pipeline`` with the table in the bucket (``s3a://tables/<test>/table``, emptied first)
+    and the server's ``aws`` connection defined for its runs and for this process."""
+    import re
+
+    conn = json.dumps(s3_server.connection())
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", conn)
+
+    def make():
+        table = f"s3a://tables/{re.sub('[^a-z0-9]', '-', request.node.name.lower())[:60]}/table"
+        s3_server.filesystem().delete_dir_contents(table.partition("://")[2], missing_dir_ok=True)
+        p = make_pipeline(sink={"path": table, "storage_conn_id": CONN_ID})
+        p.env = {**p.env, f"AIRFLOW_CONN_{CONN_ID.upper()}": conn}
+        p.table = table
+        return p
+    return make
+
+
+def _objects(fs, table: str) -> list[str]:
+    root = table.partition("://")[2]
+    return sorted(i.path for i in fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+                  if i.type == pafs.FileType.File)
+
+
+def _check(p, fs) -> verify.Report:
+    return verify.check_object_store(fs, p.table, p.expected_ids(set()), p.malformed(set()), p.ledger, p.name)
+
+
+def _unreferenced(p, fs) -> list[str]:
+    """Parquet objects that no published manifest names (orphans)."""
+    named = set()
+    for part in ("data", "rejected"):
+        root = p.table.partition("://")[2]
+        found = fs.get_file_info(pafs.FileSelector(f"{root}/_offsetbatch/manifests", allow_not_found=True))
+        for info in found:
+            with fs.open_input_stream(info.path) as f:
+                manifest = json.loads(f.read())
+            named |= {u.partition("://")[2] for u in manifest[f"{part}_files" if part == "data" else "rejected_files"]}
+    return [o for o in _objects(fs, p.table) if o.endswith(".parquet") and o not in named]
+
+
+def test_files_sink_on_s3_exactly_once_through_crashes(s3_pipeline, s3_server):
+    fs = s3_server.filesystem()
+    p = s3_pipeline()
+    p.produce(1200, start=BASE, hours=4)
+
+    first = p.run(BASE)
+    assert first.ok, first.output[-4000:]
+    assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/" not in o], \
+        "nothing outside _offsetbatch/: on an object store the data is published in place"
+
+    # 1. The Spark driver killed mid-write: nothing of batch 2 published, the rerun writes it once.
+    crashed = p.run(BASE + H, faults="job.kill_during_write")
+    crashed.assert_failed_with("killing the Spark driver mid-write")
+    assert p.ledger.get_batch(p.name, 2).status == "planned"
+    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1}
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+
+    # 2. The commit task dies after the ledger transaction: committed, not published; rolled forward.
+    crashed = p.run(BASE + 2 * H, faults="commit.after_transaction")
+    crashed.assert_failed_with("injected fault at commit.after_transaction")
+    assert p.ledger.get_batch(p.name, 3).stats["published_at"] is None
+    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1, 2}
+    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+    assert "was committed but not published; published it now" in rerun.output
+
+    # 3. The commit task killed inside publication, after the manifest's PUT: the batch is visible
+    # (the manifest is the publication), the rerun only finishes the ledger's mark and the cleanup.
+    crashed = p.run(BASE + 3 * H, faults="commit.manifest_published:kill")
+    assert not crashed.ok
+    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1, 2, 3, 4}
+    assert p.ledger.get_batch(p.name, 4).stats["published_at"] is None
+    rerun = p.run(BASE + 3 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+
+    report = _check(p, fs)
+    assert report.ok, report.summary()
+    assert report.output == len(p.expected_ids(set()))
+    assert not _unreferenced(p, fs), "every Parquet object is named by a published manifest"
+    assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/trash/" in o]
+    # The store's secret reached Spark in the private secrets file only: never in a task log (the
+    # spark-submit command line included) nor in a job spec or manifest on the bucket.
+    secret = s3_server.connection()["password"]
+    assert not [log.name for log in (p.root / "runs").glob("*.log") if secret in log.read_text()]
+    for obj in _objects(fs, p.table):
+        if obj.endswith(".json"):
+            with fs.open_input_stream(obj) as f:
+                assert secret.encode() not in f.read(), obj
+
+
+def test_a_replay_on_s3_swaps_the_manifest_and_deletes_the_old_files(s3_pipeline, s3_server):
+    fs = s3_server.filesystem()
+    p = s3_pipeline()
+    p.produce(600, start=BASE, hours=2)
+    assert p.run(BASE).ok
+    assert p.run(BASE + H).ok
+    before = verify.object_store_rows(fs, p.table, ["event_id"])
+    old_files = set(_objects(fs, p.table))
+
+    replay = p.run(None, conf={"mode": "replay", "batch_ids": "1", "reason": "test replay on S3"})
+    assert replay.ok, replay.output[-4000:]
+    after = verify.object_store_rows(fs, p.table, ["event_id"])
+    assert sorted(after[1]) == sorted(before[1]) and sorted(after[2]) == sorted(before[2])
+    assert not _unreferenced(p, fs)
+    gone = old_files - set(_objects(fs, p.table))
+    assert any("/staging/batch_id=1/" in o and o.endswith(".parquet") for o in gone), "batch 1's old files deleted"
+    report = _check(p, fs)
+    assert report.ok, report.summary()
+
+
+def test_bucket_check_names_each_cause(s3_server):
+    """``doctor``'s check: each cause its own error, naming the connection."""
+    conn = s3_server.connection()
+    good = S3Settings.from_fields("s3_test", conn["login"], conn["password"], conn["extra"])
+    check_bucket(good, "s3a://tables/doctor")
+
+    wrong_key = S3Settings.from_fields("s3_test", conn["login"], "not-the-secret", conn["extra"])
+    with pytest.raises(StorageConnectionError, match="refused the credentials"):
+        check_bucket(wrong_key, "s3a://tables/doctor-wrong-key")
+    with pytest.raises(StorageConnectionError, match="bucket 'no-such-bucket' does not exist"):
+        check_bucket(good, "s3a://no-such-bucket/doctor")
+
+
+def test_bucket_check_fails_fast_when_the_endpoint_is_down(s3_server):
+    from offsetbatch.errors import StorageUnreachableError
+
+    conn = s3_server.connection()
+    down = S3Settings.from_fields("s3_test", conn["login"], conn["password"],
+                                  {**conn["extra"], "endpoint_url": "http://127.0.0.1:9"})
+    with pytest.raises(StorageUnreachableError, match="endpoint did not answer"):
+        check_bucket(down, "s3a://tables/doctor-down")
