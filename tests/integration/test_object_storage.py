@@ -8,13 +8,16 @@ published manifest is the publication (``offsetbatch.sinks.files``)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
 from offsetbatch_dev import verify
 
 from offsetbatch.errors import StorageConnectionError
+from offsetbatch.ledger import Ledger
 from offsetbatch.storage.s3 import S3Settings, check_bucket
 
 pytestmark = pytest.mark.integration
@@ -52,16 +55,18 @@ def _check(p, fs) -> verify.Report:
     return verify.check_object_store(fs, p.table, p.expected_ids(set()), p.malformed(set()), p.ledger, p.name)
 
 
+def _manifests(fs, table: str) -> list[dict]:
+    root = table.partition("://")[2]
+    out = []
+    for info in fs.get_file_info(pafs.FileSelector(f"{root}/_offsetbatch/manifests", allow_not_found=True)):
+        with fs.open_input_stream(info.path) as f:
+            out.append(json.loads(f.read()))
+    return out
+
+
 def _unreferenced(p, fs) -> list[str]:
     """Parquet objects that no published manifest names (orphans)."""
-    named = set()
-    for part in ("data", "rejected"):
-        root = p.table.partition("://")[2]
-        found = fs.get_file_info(pafs.FileSelector(f"{root}/_offsetbatch/manifests", allow_not_found=True))
-        for info in found:
-            with fs.open_input_stream(info.path) as f:
-                manifest = json.loads(f.read())
-            named |= {u.partition("://")[2] for u in manifest[f"{part}_files" if part == "data" else "rejected_files"]}
+    named = {u.partition("://")[2] for m in _manifests(fs, p.table) for u in m["data_files"] + m["rejected_files"]}
     return [o for o in _objects(fs, p.table) if o.endswith(".parquet") and o not in named]
 
 
@@ -106,6 +111,11 @@ def test_files_sink_on_s3_exactly_once_through_crashes(s3_pipeline, s3_server):
     assert report.output == len(p.expected_ids(set()))
     assert not _unreferenced(p, fs), "every Parquet object is named by a published manifest"
     assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/trash/" in o]
+    # Spark wrote through S3A's magic committer (its _SUCCESS is a JSON report): each file uploaded
+    # once to its final name, no rename (a copy on S3) in the job either.
+    for manifest in _manifests(fs, p.table):
+        with fs.open_input_stream(f"{manifest['location'].partition('://')[2]}/data/_SUCCESS") as f:
+            assert json.loads(f.read())["committer"] == "magic"
     # The store's secret reached Spark in the private secrets file only: never in a task log (the
     # spark-submit command line included) nor in a job spec or manifest on the bucket.
     secret = s3_server.connection()["password"]
@@ -132,6 +142,23 @@ def test_a_replay_on_s3_swaps_the_manifest_and_deletes_the_old_files(s3_pipeline
     assert not _unreferenced(p, fs)
     gone = old_files - set(_objects(fs, p.table))
     assert any("/staging/batch_id=1/" in o and o.endswith(".parquet") for o in gone), "batch 1's old files deleted"
+    report = _check(p, fs)
+    assert report.ok, report.summary()
+
+    # The ledger lost: rebuilt from the manifests on the bucket; the next run goes on exactly once.
+    frontier = p.ledger.frontier_now(p.name)
+    ledger_file = Path(p.ledger_url.removeprefix("sqlite:///"))
+    p.ledger.dispose()
+    for f in ledger_file.parent.glob(ledger_file.name + "*"):
+        f.unlink()
+    rebuilt = subprocess.run(["offsetbatch", "--pipelines", str(p.root), "ledger", "rebuild", p.name, "--apply"],
+                             env=p.env, capture_output=True, text=True, timeout=120)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    p.ledger = Ledger(p.ledger_url)
+    assert p.ledger.frontier_now(p.name) == frontier
+    p.produce(300, start=BASE + 2 * H, hours=1)
+    resumed = p.run(BASE + 2 * H)
+    assert resumed.ok, resumed.output[-4000:]
     report = _check(p, fs)
     assert report.ok, report.summary()
 

@@ -42,6 +42,15 @@ from offsetbatch.source.connection import SECRETS_ARG, read_secrets_file
 log = logging.getLogger("offsetbatch.job")
 
 MAX_RESULT_SIZE = "256m"
+# On S3A, Spark's default commit renames every task's files (a copy of each object on S3): the
+# "magic" committer uploads each file once, to its final name, and completes the uploads at job
+# commit (spark-hadoop-cloud's binding; the jars come with the S3A ones, dag.spark_jars).
+MAGIC_COMMITTER = {
+    "fs.s3a.committer.name": "magic",
+    "fs.s3a.committer.magic.enabled": "true",
+    "spark.sql.sources.commitProtocolClass": "org.apache.spark.internal.io.cloud.PathOutputCommitProtocol",
+    "spark.sql.parquet.output.committer.class": "org.apache.spark.internal.io.cloud.BindingParquetOutputCommitter",
+}
 
 
 def _kill_when_writing(staging_data: str, driver_is_parent: bool) -> None:
@@ -51,7 +60,9 @@ def _kill_when_writing(staging_data: str, driver_is_parent: bool) -> None:
     shutdown hook gets to clean up the partial files."""
     def watch() -> None:
         while True:
-            if any("/_temporary/" in f and "/part-" in f for f in storage.files(staging_data, suffix="")):
+            # a task's file under the classic committer's _temporary/, or the magic committer's marker
+            if any(("/_temporary/" in f or "/__magic" in f) and "/part-" in f
+                   for f in storage.files(staging_data, suffix="")):
                 log.error("fault injection: killing the Spark %s mid-write (job.kill_during_write)",
                           "driver" if driver_is_parent else "client (the spark_job task)")
                 sys.stderr.flush()
@@ -170,6 +181,9 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
     for key, value in object_store_options(secrets).items():
         spark.conf.set(key, value)  # Hadoop's S3A reads the session's fs.* settings; Spark redacts the secret ones
+    if object_store_options(secrets):
+        for key, value in MAGIC_COMMITTER.items():
+            spark.conf.set(key, value)
     bind_object_store(secrets, [spec.sink["path"] for spec in specs])
     manifests = []
     for spec in specs:

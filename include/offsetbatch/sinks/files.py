@@ -69,9 +69,9 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         return self.settings.path if "://" in self.settings.path else f"file://{self.settings.path}"
 
     @classmethod
-    def at(cls, table: str, pipeline: str = "") -> "FilesSink":
+    def at(cls, table: str, pipeline: str = "", storage_conn_id: str | None = None) -> "FilesSink":
         """The sink of an existing table folder (readers and tools that have no pipeline config)."""
-        return cls(pipeline, SinkSettings(path=table))
+        return cls(pipeline, SinkSettings(path=table, storage_conn_id=storage_conn_id))
 
     @property
     def in_place(self) -> bool:
@@ -119,8 +119,23 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             faults.checkpoint(MANIFEST_PUBLISHED)
         for other in storage.children(layout.staging(batch_id)):
             if other != f"attempt={attempt}":
-                storage.remove(f"{layout.staging(batch_id)}/{other}")
+                self._remove_unless_published(f"{layout.staging(batch_id)}/{other}")
         self._sweep()
+
+    def _remove_unless_published(self, folder: str) -> None:
+        """Delete an attempt folder unless a published manifest names it: a replay's output stays in
+        its batch's folder, and a ledger rebuilt from the manifests may give a later batch that id."""
+        staged = f"{folder}/_manifest.json"
+        if storage.exists(staged):
+            current = self._published(Manifest.load(staged).output_id)
+            if current is not None and current.location == folder:
+                return
+        storage.remove(folder)
+
+    def discard(self, batch_id: int, attempt: str) -> None:
+        if self.in_place:
+            return self._remove_unless_published(self.layout.attempt(batch_id, attempt))
+        super().discard(batch_id, attempt)
 
     def _published(self, output_id: int) -> Manifest | None:
         uri = self.layout.manifest(output_id)

@@ -111,8 +111,9 @@ def files(uri: str, suffix: str = ".parquet") -> list[str]:
     if not fs.exists(path):
         return []
     found = sorted(p for p in fs.find(path) if p.endswith(suffix))
-    prefix = f"{scheme(uri)}://" if scheme(uri) in _S3_SCHEMES else ""
-    return [f"{prefix}{p}" for p in found]
+    if scheme(uri) in _S3_SCHEMES:
+        return [f"{scheme(uri)}://{p.lstrip('/')}" for p in found]
+    return found
 
 
 def children(uri: str) -> list[str]:

@@ -1,0 +1,182 @@
+"""The object-store half of issue 27, as logic: an Airflow ``aws`` connection's fields as both
+clients take them, the config's refusals, and the files sink's in-place publication (nothing moved,
+the manifest names the attempt's files) on fsspec's in-memory filesystem standing in for the
+bucket. The integration suite runs the same against S3Proxy, a real S3 API, with Spark and S3A."""
+
+from __future__ import annotations
+
+import fsspec
+import pytest
+import yaml
+
+from offsetbatch import storage
+from offsetbatch.config import load_config
+from offsetbatch.errors import ConfigError, StorageConnectionError
+from offsetbatch.job.read import kafka_client_options
+from offsetbatch.jobspec import Manifest, RangeReport
+from offsetbatch.sinks.files import FilesSink
+from offsetbatch.storage.s3 import S3Settings
+
+EXTRA = {"endpoint_url": "http://127.0.0.1:19500", "region_name": "eu-west-1",
+         "config_kwargs": {"s3": {"addressing_style": "path"}}}
+
+
+def test_an_aws_connection_maps_to_s3a_and_back():
+    s = S3Settings.from_fields("lake", "AKID", "s3cr3t", {**EXTRA, "s3a_options": {"fs.s3a.connection.maximum": 64}})
+    opts = s.hadoop_options()
+    assert opts["fs.s3a.access.key"] == "AKID" and opts["fs.s3a.secret.key"] == "s3cr3t"
+    assert opts["fs.s3a.endpoint"] == "http://127.0.0.1:19500" and opts["fs.s3a.connection.ssl.enabled"] == "false"
+    assert opts["fs.s3a.endpoint.region"] == "eu-west-1" and opts["fs.s3a.path.style.access"] == "true"
+    assert opts["fs.s3.impl"] == "org.apache.hadoop.fs.s3a.S3AFileSystem"  # s3:// reaches S3A too
+    assert opts["fs.s3a.connection.maximum"] == "64"
+    back = S3Settings.from_hadoop_options(opts)
+    assert (back.access_key, back.secret_key, back.endpoint, back.region, back.path_style, back.s3a_options) == \
+        ("AKID", "s3cr3t", "http://127.0.0.1:19500", "eu-west-1", True, {"fs.s3a.connection.maximum": "64"})
+    assert "s3cr3t" not in repr(s) and "AKID" not in repr(s)
+
+
+def test_aws_itself_uses_virtual_hosts_and_the_default_region():
+    s = S3Settings.from_fields("aws", "AKID", "secret", {})
+    assert (s.endpoint, s.region, s.path_style) == (None, "us-east-1", False)
+    assert "fs.s3a.endpoint" not in s.hadoop_options()
+
+
+def test_a_session_token_selects_the_temporary_credentials_provider():
+    opts = S3Settings.from_fields("sts", "AKID", "secret", {"aws_session_token": "tok"}).hadoop_options()
+    assert opts["fs.s3a.session.token"] == "tok"
+    assert opts["fs.s3a.aws.credentials.provider"].endswith("TemporaryAWSCredentialsProvider")
+
+
+@pytest.mark.parametrize("login,password,extra,match", [
+    ("AKID", "secret", {"role_arn": "arn:aws:iam::1:role/x"}, "extra key.*role_arn.*not use"),
+    (None, "secret", {}, "access key id as login"),
+    ("AKID", "", {}, "secret access key as password"),
+    ("AKID", "secret", {"s3a_options": {"fs.s3a.secret.key": "x"}}, "remove fs.s3a.secret.key"),
+    ("AKID", "secret", {"s3a_options": {"spark.jars": "x"}}, "only hold fs.s3a"),
+    ("AKID", "secret", {"config_kwargs": {"s3": {"addressing_style": "sideways"}}}, "addressing_style"),
+])
+def test_what_the_connection_cannot_do_is_refused_by_name(login, password, extra, match):
+    with pytest.raises(StorageConnectionError, match=match) as err:
+        S3Settings.from_fields("lake", login, password, extra)
+    assert "'lake'" in str(err.value)
+
+
+def _config(tmp_path, sink):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "orders", "kafka": {"topics": ["orders"]},
+                                    "value": {"format": "json", "schema": "id STRING"}, "sink": sink}))
+    return load_config(path)
+
+
+def test_a_table_on_s3_needs_its_connection_and_a_connection_needs_s3(tmp_path):
+    with pytest.raises(ConfigError, match="set sink.storage_conn_id"):
+        _config(tmp_path, {"path": "s3a://lake/orders"})
+    with pytest.raises(ConfigError, match="not an s3a:// or s3:// location"):
+        _config(tmp_path, {"path": "/data/orders", "storage_conn_id": "lake"})
+    assert _config(tmp_path, {"path": "s3://lake/orders", "storage_conn_id": "lake"}).sink.storage_conn_id == "lake"
+
+
+def test_an_unbound_bucket_is_a_clear_error():
+    with pytest.raises(StorageConnectionError, match="no storage connection is bound to bucket 'nowhere'"):
+        storage.exists("s3a://nowhere/t/x.json")
+
+
+def test_the_kafka_reader_gets_only_kafka_options():
+    class Spec:
+        kafka_options = {"kafka.bootstrap.servers": "b:9092"}
+        pipeline, batch_id = "orders", 1
+    opts = kafka_client_options(Spec(), {"fs.s3a.secret.key": "x", "kafka.ssl.key.password": "y"})
+    assert opts == {"kafka.bootstrap.servers": "b:9092", "kafka.ssl.key.password": "y"}
+
+
+# ---- the files sink, published in place ------------------------------------------------------------
+
+@pytest.fixture
+def bucket():
+    fs = fsspec.filesystem("memory")
+    fs.store.clear()
+    fs.pseudo_dirs.clear()
+    fs.pseudo_dirs.append("")
+    storage.register_s3("lake", fs)
+    yield fs
+    storage._s3_buckets.pop("lake", None)
+
+
+def _stage(sink: FilesSink, batch_id: int, attempt: str, output_id: int) -> list[str]:
+    layout = sink.layout
+    files = [f"{layout.staging_data(batch_id, attempt)}/part-0000{i}.parquet" for i in range(2)]
+    for f in files:
+        with fsspec.filesystem("memory").open(f.partition("://")[2], "wb") as out:
+            out.write(b"PAR1")
+    Manifest(pipeline="orders", output_id=output_id, ranges=[RangeReport("t", 0, 0, 10, 10, 10)], rows_in=10,
+             rows_out=10, rows_rejected=0, bytes_in=100, data_files=files, rejected_files=[], job_seconds=1.0,
+             spark_version="4.3.0", attempt=attempt).save(layout.staging_manifest(batch_id, attempt))
+    return files
+
+
+def test_publishing_on_an_object_store_moves_nothing(bucket, monkeypatch):
+    sink = FilesSink.at("s3a://lake/orders", "orders", "lake")
+    assert sink.in_place
+    moved = []
+    monkeypatch.setattr(storage, "move", lambda *a: moved.append(a))
+    files = _stage(sink, 1, "a1", 1)
+    _stage(sink, 1, "crashed", 1)  # a killed attempt of the same batch
+    sink.publish(1, 1, "a1")
+    assert moved == []
+    assert sink.published_ids() == [1]
+    published = sink.published_manifests()[1]
+    assert published.data_files == files and published.location == sink.layout.attempt(1, "a1")
+    assert storage.children(sink.layout.staging(1)) == ["attempt=a1"], "the other attempt is deleted"
+    sink.publish(1, 1, "a1")  # idempotent: a retried commit publishes again
+    assert sink.published_manifests()[1].data_files == files
+
+
+def test_a_replay_swaps_the_manifest_then_deletes_the_old_folder(bucket):
+    sink = FilesSink.at("s3a://lake/orders", "orders", "lake")
+    old = _stage(sink, 1, "a1", 1)
+    sink.publish(1, 1, "a1")
+    new = _stage(sink, 5, "r1", 1)  # batch 5 replays batch 1's ranges
+    sink.publish(5, 1, "r1")
+    assert sink.published_manifests()[1].data_files == new
+    assert not any(storage.exists(f) for f in old)
+    assert storage.files(f"{sink.layout.meta}/trash", suffix=".json") == []
+
+
+def test_a_crash_after_the_manifest_swap_leaves_a_note_the_next_publish_sweeps(bucket, monkeypatch):
+    sink = FilesSink.at("s3a://lake/orders", "orders", "lake")
+    old = _stage(sink, 1, "a1", 1)
+    sink.publish(1, 1, "a1")
+    _stage(sink, 5, "r1", 1)
+    monkeypatch.setattr(FilesSink, "_sweep", lambda self: None)  # dies before deleting the old folder
+    sink.publish(5, 1, "r1")
+    assert all(storage.exists(f) for f in old)
+    assert len(storage.files(f"{sink.layout.meta}/trash", suffix=".json")) == 1
+    monkeypatch.undo()
+    _stage(sink, 6, "b1", 6)
+    sink.publish(6, 6, "b1")  # any later publish sweeps it
+    assert not any(storage.exists(f) for f in old)
+    assert sink.published_ids() == [1, 6]
+
+
+def test_retiring_a_batch_removes_its_manifest_and_its_files(bucket):
+    sink = FilesSink.at("s3a://lake/orders", "orders", "lake")
+    files = _stage(sink, 1, "a1", 1)
+    sink.publish(1, 1, "a1")
+    sink.retire(1)
+    assert sink.published_ids() == [] and not any(storage.exists(f) for f in files)
+
+
+def test_a_published_replay_folder_survives_a_later_batch_of_the_same_id(bucket):
+    """A ledger rebuilt from the manifests numbers batches by output id: its next batch may have
+    the id of an earlier replay whose folder holds published output."""
+    sink = FilesSink.at("s3a://lake/orders", "orders", "lake")
+    _stage(sink, 1, "a1", 1)
+    sink.publish(1, 1, "a1")
+    replayed = _stage(sink, 3, "r1", 1)  # batch 3 replayed batch 1: output 1 now lives in batch 3's folder
+    sink.publish(3, 1, "r1")
+    _stage(sink, 3, "new", 3)  # the rebuilt ledger's batch 3
+    sink.publish(3, 3, "new")
+    assert all(storage.exists(f) for f in replayed)
+    assert sink.published_ids() == [1, 3]
+    sink.discard(3, "r1")  # a redundant attempt's discard never takes published output either
+    assert all(storage.exists(f) for f in replayed)
