@@ -184,3 +184,52 @@ def test_bucket_check_fails_fast_when_the_endpoint_is_down(s3_server):
                                   {**conn["extra"], "endpoint_url": "http://127.0.0.1:9"})
     with pytest.raises(StorageUnreachableError, match="endpoint did not answer"):
         check_bucket(down, "s3a://tables/doctor-down")
+
+
+def test_iceberg_sink_on_s3_exactly_once_through_crashes(make_pipeline, s3_server, request, monkeypatch):
+    """The iceberg sink with its warehouse and staging on the bucket: the snapshot adds the files
+    where the job wrote them. Killed inside the Iceberg commit (metadata written, catalog not yet
+    swapped), the Spark driver killed mid-write, then a replay; read back with pyiceberg's own scan
+    (its S3 FileIO), every record once, and every Parquet object on the bucket named by a snapshot."""
+    import re
+
+    fs = s3_server.filesystem()
+    conn = s3_server.connection()
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn))
+    root = f"s3a://tables/{re.sub('[^a-z0-9]', '-', request.node.name.lower())[:60]}"
+    fs.delete_dir_contents(root.partition("://")[2], missing_dir_ok=True)
+    p = make_pipeline(sink={"type": "iceberg", "namespace": "lake", "table": "events", "path": f"{root}/staging",
+                            "warehouse": f"{root}/warehouse", "partition_by": ["day(event_time)"],
+                            "event_time_column": None, "storage_conn_id": CONN_ID})
+    p.env = {**p.env, f"AIRFLOW_CONN_{CONN_ID.upper()}": json.dumps(conn)}
+    catalog = f"sqlite:///{p.root}/ledger.iceberg.db"
+    props = S3Settings.from_fields(CONN_ID, conn["login"], conn["password"], conn["extra"]).pyiceberg_properties()
+    p.produce(900, start=BASE, hours=3)
+
+    assert p.run(BASE).ok
+    crashed = p.run(BASE + H, faults="commit.iceberg_metadata_written:kill")
+    assert not crashed.ok
+    assert p.ledger.get_batch(p.name, 2).stats["published_at"] is None
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+
+    crashed = p.run(BASE + 2 * H, faults="job.kill_during_write")
+    crashed.assert_failed_with("killing the Spark driver mid-write")
+    rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+
+    replay = p.run(None, conf={"mode": "replay", "batch_ids": "2", "reason": "test replay on S3"})
+    assert replay.ok, replay.output[-4000:]
+
+    report = verify.check_iceberg(catalog, "lake.events", p.expected_ids(set()), p.malformed(set()), p.ledger,
+                                  p.name, **props)
+    assert report.ok, report.summary()
+    assert report.output == len(p.expected_ids(set()))
+    named = set()
+    for ident in ("lake.events", "lake.events_rejected"):
+        table = verify.iceberg_table(catalog, ident, **props)
+        for snap in table.snapshots():
+            named |= {t.file.file_path.partition("://")[2] for t in table.scan(snapshot_id=snap.snapshot_id).plan_files()}
+        assert all(t.file.file_path.startswith("s3://") for t in table.scan().plan_files())
+    parquet = [o for o in _objects(fs, root) if o.endswith(".parquet")]
+    assert parquet and not [o for o in parquet if o not in named], "every Parquet object is a snapshot's file"

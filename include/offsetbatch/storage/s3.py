@@ -104,6 +104,23 @@ class S3Settings:
                    path_style=options.get("fs.s3a.path.style.access") == "true",
                    s3a_options={k: v for k, v in options.items() if k not in own})
 
+    def pyiceberg_properties(self) -> dict[str, str]:
+        """pyiceberg's FileIO properties (its PyArrow FileIO, the same S3 client as ``filesystem``)."""
+        self._checksums_when_required()
+        props = {"s3.access-key-id": self.access_key, "s3.secret-access-key": self.secret_key, "s3.region": self.region,
+                 "s3.force-virtual-addressing": str(not self.path_style and self.endpoint is not None).lower()}
+        if self.endpoint:
+            props["s3.endpoint"] = self.endpoint
+        if self.session_token:
+            props["s3.session-token"] = self.session_token
+        return props
+
+    def _checksums_when_required(self) -> None:
+        if self.endpoint:
+            # S3-compatible stores rarely take the AWS SDK's default payload checksums (S3Proxy answers
+            # XAmzContentSHA256Mismatch); checksums only where the API requires them, as S3A does by default.
+            os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
+
     # ---- Python (pyarrow) ----------------------------------------------------------------------
 
     def filesystem(self):
@@ -111,10 +128,7 @@ class S3Settings:
         from fsspec.implementations.arrow import ArrowFSWrapper
         from pyarrow import fs as pafs
 
-        if self.endpoint:
-            # S3-compatible stores rarely take the AWS SDK's default payload checksums (S3Proxy answers
-            # XAmzContentSHA256Mismatch); checksums only where the API requires them, as S3A does by default.
-            os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
+        self._checksums_when_required()
         scheme, _, host = (self.endpoint or "").partition("://")
         return ArrowFSWrapper(pafs.S3FileSystem(
             access_key=self.access_key, secret_key=self.secret_key, session_token=self.session_token,

@@ -200,12 +200,13 @@ def check_table(url: str, table: str, valid_ids: set[str], malformed: list[tuple
 
 # ---- the iceberg sink: read with pyiceberg (not the sink's code) -----------------------------------
 
-def iceberg_table(catalog_url: str, identifier: str, catalog_name: str = "offsetbatch"):
-    """The table as any pyiceberg user loads it (``None`` if it does not exist)."""
+def iceberg_table(catalog_url: str, identifier: str, catalog_name: str = "offsetbatch", **properties: str):
+    """The table as any pyiceberg user loads it (``None`` if it does not exist); ``properties``:
+    FileIO settings such as ``s3.endpoint`` for a table on an object store."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.exceptions import NoSuchTableError
 
-    catalog = SqlCatalog(catalog_name, uri=catalog_url)
+    catalog = SqlCatalog(catalog_name, uri=catalog_url, **properties)
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError:
@@ -215,9 +216,9 @@ def iceberg_table(catalog_url: str, identifier: str, catalog_name: str = "offset
 
 
 def iceberg_rows(catalog_url: str, identifier: str, columns: list[str], snapshot_id: int | None = None,
-                 catalog_name: str = "offsetbatch") -> list[tuple]:
+                 catalog_name: str = "offsetbatch", **properties: str) -> list[tuple]:
     """Rows of the current (or a given) snapshot, through pyiceberg's scan to Arrow."""
-    table = iceberg_table(catalog_url, identifier, catalog_name)
+    table = iceberg_table(catalog_url, identifier, catalog_name, **properties)
     if table is None:
         return []
     t = table.scan(selected_fields=tuple(columns), snapshot_id=snapshot_id).to_arrow()
@@ -226,10 +227,10 @@ def iceberg_rows(catalog_url: str, identifier: str, columns: list[str], snapshot
 
 def check_iceberg(catalog_url: str, identifier: str, valid_ids: set[str],
                   malformed: list[tuple[int, int]] | None = None, ledger: Ledger | None = None,
-                  pipeline: str | None = None, catalog_name: str = "offsetbatch") -> Report:
+                  pipeline: str | None = None, catalog_name: str = "offsetbatch", **properties: str) -> Report:
     """``check`` for an iceberg sink: ids in the table's current snapshot, malformed records in
     ``<table>_rejected``, both read with pyiceberg."""
-    ids = [r[0] for r in iceberg_rows(catalog_url, identifier, ["event_id"], catalog_name=catalog_name)]
+    ids = [r[0] for r in iceberg_rows(catalog_url, identifier, ["event_id"], catalog_name=catalog_name, **properties)]
     rejected = (iceberg_rows(catalog_url, f"{identifier}_rejected", ["kafka_partition", "kafka_offset"],
-                             catalog_name=catalog_name) if malformed is not None else None)
+                             catalog_name=catalog_name, **properties) if malformed is not None else None)
     return _report(ids, rejected, valid_ids, malformed, ledger, pipeline)

@@ -180,3 +180,16 @@ def test_a_published_replay_folder_survives_a_later_batch_of_the_same_id(bucket)
     assert sink.published_ids() == [1, 3]
     sink.discard(3, "r1")  # a redundant attempt's discard never takes published output either
     assert all(storage.exists(f) for f in replayed)
+
+
+def test_an_iceberg_warehouse_on_s3_needs_the_connection_and_staging_beside_it(tmp_path):
+    base = {"type": "iceberg", "namespace": "lake", "table": "events", "catalog": "sqlite:////tmp/c.db"}
+    with pytest.raises(ConfigError, match="sink.warehouse 's3a://lake/wh' is on an S3 API"):
+        _config(tmp_path, {**base, "path": "/data/staging", "warehouse": "s3a://lake/wh"})
+    with pytest.raises(ConfigError, match="must both be on the object store or both not"):
+        _config(tmp_path, {**base, "path": "/data/staging", "warehouse": "s3a://lake/wh", "storage_conn_id": "lake"})
+    cfg = _config(tmp_path, {**base, "path": "s3a://lake/staging", "warehouse": "s3a://lake/wh", "storage_conn_id": "lake"})
+    assert cfg.sink.storage_conn_id == "lake"
+    assert S3Settings.from_fields("lake", "AKID", "s", EXTRA).pyiceberg_properties() == {
+        "s3.access-key-id": "AKID", "s3.secret-access-key": "s", "s3.region": "eu-west-1",
+        "s3.force-virtual-addressing": "false", "s3.endpoint": "http://127.0.0.1:19500"}

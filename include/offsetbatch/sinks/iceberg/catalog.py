@@ -90,12 +90,22 @@ def _catalog_class() -> type:
     return FaultPointCatalog
 
 
+def _file_io_properties(settings: "IcebergSettings") -> dict[str, str]:
+    """pyiceberg's FileIO settings for a table on an S3 API, from the sink's ``aws`` connection."""
+    if not settings.storage_conn_id:
+        return {}
+    from offsetbatch.storage.s3 import S3Settings
+
+    return S3Settings.from_connection(settings.storage_conn_id).pyiceberg_properties()
+
+
 @contextmanager
 def open_catalog(settings: "IcebergSettings", pipeline: str) -> Iterator["SqlCatalog"]:
     """The SQL catalog, its tables created on first use; its engine disposed of afterwards."""
     url = catalog_url(settings, pipeline)
     try:
-        catalog = _catalog_class()(settings.catalog_name, uri=url, warehouse=warehouse_uri(settings.warehouse))
+        catalog = _catalog_class()(settings.catalog_name, uri=url, warehouse=warehouse_uri(settings.warehouse),
+                                   **_file_io_properties(settings))
     except Exception as exc:  # noqa: BLE001 - any driver error: name the catalog and the pipeline
         raise SinkError(f"pipeline {pipeline}: cannot open the Iceberg SQL catalog {settings.catalog_name!r} at "
                         f"{shown(url)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. Check "

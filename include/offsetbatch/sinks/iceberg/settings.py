@@ -92,6 +92,19 @@ class IcebergSettings(SinkSettings):
         return v
 
     @model_validator(mode="after")
+    def _warehouse_storage(self) -> "IcebergSettings":
+        from offsetbatch import storage
+
+        on_s3 = storage.scheme(self.warehouse) in ("s3a", "s3")
+        if on_s3 and not self.storage_conn_id:
+            raise ValueError(f"sink.warehouse {self.warehouse!r} is on an S3 API: set sink.storage_conn_id to the "
+                             f"Airflow connection (type aws) that holds its endpoint, region and credentials")
+        if on_s3 != (storage.scheme(self.path) in ("s3a", "s3")):
+            raise ValueError(f"sink.path {self.path!r} and sink.warehouse {self.warehouse!r} must both be on the object "
+                             f"store or both not: the snapshot adds the staged files where they are")
+        return self
+
+    @model_validator(mode="after")
     def _consistent(self) -> "IcebergSettings":
         if self.event_time_column:
             raise ValueError("event_time_column sub-partitions Parquet folders; an Iceberg table is partitioned by "

@@ -2,12 +2,17 @@
 Parquet Iceberg can register (microsecond timestamps, a ``batch_id`` column, one partition per
 file); the commit half, after the ledger transaction, moves an attempt's files under the table's
 location and commits them as one snapshot that also removes the rows they replace.
+
+On an object store nothing is moved: the snapshot adds the files where the job wrote them (under
+``sink.path``'s attempt folder, which then holds table data and is never deleted while the table's
+rows come from it). Iceberg readers see one snapshot: all of a batch or none of it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Sequence
@@ -39,6 +44,8 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     def __init__(self, pipeline: str, settings: IcebergSettings):
         super().__init__(pipeline, settings)
         self.settings: IcebergSettings = settings
+        if settings.storage_conn_id:
+            storage.bind_s3(settings.warehouse, settings.storage_conn_id)
 
     @property
     def table_name(self) -> str:
@@ -103,7 +110,34 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                                        (self.settings.rejected_identifier, "rejected", manifest.rejected_files)):
                 self._publish_table(catalog, ident, part, files, batch_id, output_id, attempt, kind, manifest, retired)
                 faults.checkpoint(AFTER_COMMIT)
-        storage.remove(self.staging.staging(batch_id))
+        if self.in_place:
+            for other in storage.children(self.staging.staging(batch_id)):
+                if other != f"attempt={attempt}":
+                    self._remove_unless_live(f"{self.staging.staging(batch_id)}/{other}")
+        else:
+            storage.remove(self.staging.staging(batch_id))
+
+    @property
+    def in_place(self) -> bool:
+        """On an object store the snapshot adds the files where the job wrote them (a move there is a
+        copy of every object); on a disk they are moved under the table's location first."""
+        return not storage.renames_are_cheap(self.settings.path)
+
+    def _remove_unless_live(self, folder: str) -> None:
+        """Delete an attempt folder unless the table's current rows come from it (a replay's files
+        stay in its batch's folder; a ledger rebuilt from the snapshots may reuse that batch id)."""
+        staged = f"{folder}/_manifest.json"
+        if storage.exists(staged):
+            manifest = Manifest.load(staged)
+            live = self._live().get(manifest.output_id)
+            if live is not None and live.attempt == manifest.attempt:
+                return
+        storage.remove(folder)
+
+    def discard(self, batch_id: int, attempt: str) -> None:
+        if self.in_place:
+            return self._remove_unless_live(self.staging.attempt(batch_id, attempt))
+        super().discard(batch_id, attempt)
 
     def _publish_table(self, catalog: "SqlCatalog", ident: tuple[str, str], part: str, files: list[str],
                        batch_id: int, output_id: int, attempt: str, kind: str, manifest: Manifest,
@@ -116,14 +150,17 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             return
         replaced = [output_id, *retired]
         deletes = _live_files(table, replaced) if table is not None else []
-        src = (self.staging.staging_data if part == "data" else self.staging.staging_rejected)(batch_id, attempt)
         location = table.location() if table is not None else f"{warehouse_uri(self.settings.warehouse)}/{ident[0]}/{ident[1]}"
-        dst = f"{location}/data/batch_id={output_id}/attempt={attempt}"
-        if storage.exists(src):
-            storage.remove(dst)  # left by a crash between an earlier move and its commit
-            storage.move(src, dst)
-        marker = f"attempt={attempt}/{part}/"
-        paths = [f"{dst}/{f.rsplit(marker, 1)[1]}" for f in files]
+        if self.in_place:
+            paths = [re.sub(r"^s3a://", "s3://", f) for f in files]  # the scheme every Iceberg reader knows
+        else:
+            src = (self.staging.staging_data if part == "data" else self.staging.staging_rejected)(batch_id, attempt)
+            dst = f"{location}/data/batch_id={output_id}/attempt={attempt}"
+            if storage.exists(src):
+                storage.remove(dst)  # left by a crash between an earlier move and its commit
+                storage.move(src, dst)
+            marker = f"attempt={attempt}/{part}/"
+            paths = [f"{dst}/{f.rsplit(marker, 1)[1]}" for f in files]
         if not paths and not deletes:
             return  # nothing to add or remove (no rejected records, say): no snapshot
         staged = storage.parquet_schema(paths[0]) if paths else None
