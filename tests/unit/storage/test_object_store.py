@@ -187,7 +187,7 @@ def test_an_iceberg_warehouse_on_s3_needs_the_connection_and_staging_beside_it(t
     with pytest.raises(ConfigError, match="sink.warehouse 's3a://lake/wh' is on an S3 API"):
         _config(tmp_path, {**base, "path": "/data/staging", "warehouse": "s3a://lake/wh"})
     with pytest.raises(ConfigError, match="must both be on the object store or both not"):
-        _config(tmp_path, {**base, "path": "/data/staging", "warehouse": "s3a://lake/wh", "storage_conn_id": "lake"})
+        _config(tmp_path, {**base, "path": "s3a://lake/staging", "warehouse": "/data/wh", "storage_conn_id": "lake"})
     cfg = _config(tmp_path, {**base, "path": "s3a://lake/staging", "warehouse": "s3a://lake/wh", "storage_conn_id": "lake"})
     assert cfg.sink.storage_conn_id == "lake"
     assert S3Settings.from_fields("lake", "AKID", "s", EXTRA).pyiceberg_properties() == {
