@@ -181,8 +181,8 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
                   sink: dict | None = None, connect_conn_id: str | None = None) -> tuple[Sample, dict]:
     """``airflow dags test`` of the benchmark pipeline (plan + spark-submit + commit) on a fresh
     ledger and table; returns the sample and the batch's ledger stats plus ``task_seconds``.
-    ``sink``: settings other than the files sink's (its ``path`` is always the run's table, the
-    DAG's Asset URI); ``connect_conn_id``: run the job on that Spark Connect server instead."""
+    ``sink``: settings other than the files sink's (its ``path``, unless given, is the run's table:
+    the DAG's Asset URI, the same every run); ``connect_conn_id``: run the job on that Spark Connect server instead."""
     import yaml
 
     from offsetbatch.ledger import Ledger
@@ -192,7 +192,7 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
     root.mkdir(parents=True)
     cfg = {"name": "bench", "kafka": {"conn_id": "kafka_default", "topics": [ds.topic]}, "starting_policy": "earliest",
            "value": {"format": "json", "schema": SCHEMA, "required": REQUIRED},
-           "transform": {"sql": TRANSFORM}, "sink": {**(sink or {"event_time_column": "event_time"}), "path": str(root / "table")},
+           "transform": {"sql": TRANSFORM}, "sink": {"path": str(root / "table"), **(sink or {"event_time_column": "event_time"})},
            "ledger": {"url": f"sqlite:///{root}/ledger.db"},
            "spark": {"conf": spark_conf(driver_memory), **({"connect_conn_id": connect_conn_id} if connect_conn_id else {})},
            "airflow": {"retries": 0}}
