@@ -3,7 +3,8 @@
 #   1. Debian packages: PostgreSQL server (production ledger option), docker-compose (schema check
 #      of docker-compose.yaml; no engine needed), Chromium (UI browser test), Maven if missing.
 #   2. .venv with the pinned Python tree (requirements.txt + constraints.txt), pyspark last.
-#   3. Kafka broker and Spark Kafka connector jars from Maven Central, cached in .cache/.
+#   3. Kafka broker, Spark Kafka connector, Hadoop S3A (tables on S3) and S3Proxy (the tests' S3 API)
+#      jars from Maven Central, cached in .cache/.
 #   4. Airflow metadata database (SQLite) in the project's Airflow home ($OFFSETBATCH_HOME/airflow, or
 #      AIRFLOW_HOME), and a one-slot pool per installed pipeline there: run it again after changing
 #      OFFSETBATCH_HOME or AIRFLOW_HOME, or after adding a pipeline.

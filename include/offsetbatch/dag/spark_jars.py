@@ -20,12 +20,7 @@ def spark_connector_dir() -> Path:
 
 def spark_connector_jars() -> list[str]:
     """Absolute paths of the cached connector jars, for ``spark.jars`` / ``spark-submit --jars``."""
-    out = spark_connector_dir()
-    if not (out / ".complete").exists():
-        raise ArtifactError(
-            f"Spark's Kafka connector is not cached in {out}. Run 'make setup' (needs Maven Central once)."
-        )
-    return sorted(str(p) for p in out.glob("*.jar"))
+    return _cached(spark_connector_dir(), "Spark's Kafka connector", "")
 
 
 def spark_s3a_dir() -> Path:
@@ -34,12 +29,12 @@ def spark_s3a_dir() -> Path:
 
 def spark_s3a_jars() -> list[str]:
     """hadoop-aws and the AWS SDK bundle (about 700 MB): only for pipelines whose sink is on S3."""
-    out = spark_s3a_dir()
+    return _cached(spark_s3a_dir(), "Hadoop's S3A connector (hadoop-aws)", ", and this pipeline's sink is on S3")
+
+
+def _cached(out: Path, what: str, why: str) -> list[str]:
     if not (out / ".complete").exists():
-        raise ArtifactError(
-            f"Hadoop's S3A connector (hadoop-aws) is not cached in {out}, and this pipeline's sink is on S3. Run "
-            f"'make setup' (needs Maven Central once)."
-        )
+        raise ArtifactError(f"{what} is not cached in {out}{why}. Run 'make setup' (needs Maven Central once).")
     return sorted(str(p) for p in out.glob("*.jar"))
 
 

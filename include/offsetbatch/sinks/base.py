@@ -212,6 +212,16 @@ class Sink(ABC):
         """Drop one attempt's staged output (a redundant or losing re-execution)."""
         storage.remove(self.staging.attempt(batch_id, attempt))
 
+    def remove_attempt_unless(self, folder: str, published: Callable[["Manifest"], bool]) -> None:
+        """Delete attempt ``folder`` unless ``published`` says the output its staged manifest names
+        comes from it: on an object store published files stay in their attempt folder."""
+        from offsetbatch.jobspec import Manifest
+
+        staged = f"{folder}/_manifest.json"
+        if storage.exists(staged) and published(Manifest.load(staged)):
+            return
+        storage.remove(folder)
+
     @abstractmethod
     def published_ids(self) -> list[int]:
         """Output ids the target holds published output of (read from the sink's own markers)."""

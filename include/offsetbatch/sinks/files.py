@@ -125,12 +125,10 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     def _remove_unless_published(self, folder: str) -> None:
         """Delete an attempt folder unless a published manifest names it: a replay's output stays in
         its batch's folder, and a ledger rebuilt from the manifests may give a later batch that id."""
-        staged = f"{folder}/_manifest.json"
-        if storage.exists(staged):
-            current = self._published(Manifest.load(staged).output_id)
-            if current is not None and current.location == folder:
-                return
-        storage.remove(folder)
+        def named(staged: Manifest) -> bool:
+            current = self._published(staged.output_id)
+            return current is not None and current.location == folder
+        self.remove_attempt_unless(folder, named)
 
     def discard(self, batch_id: int, attempt: str) -> None:
         if self.in_place:

@@ -126,13 +126,10 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     def _remove_unless_live(self, folder: str) -> None:
         """Delete an attempt folder unless the table's current rows come from it (a replay's files
         stay in its batch's folder; a ledger rebuilt from the snapshots may reuse that batch id)."""
-        staged = f"{folder}/_manifest.json"
-        if storage.exists(staged):
-            manifest = Manifest.load(staged)
-            live = self._live().get(manifest.output_id)
-            if live is not None and live.attempt == manifest.attempt:
-                return
-        storage.remove(folder)
+        def live(staged: Manifest) -> bool:
+            marker = self._live().get(staged.output_id)
+            return marker is not None and marker.attempt == staged.attempt
+        self.remove_attempt_unless(folder, live)
 
     def discard(self, batch_id: int, attempt: str) -> None:
         if self.in_place:

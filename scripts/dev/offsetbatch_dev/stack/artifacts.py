@@ -87,27 +87,25 @@ def fetch_kafka() -> Path:
     return kafka_libs_dir()
 
 
-def fetch_spark_connector() -> Path:
-    """Spark's Kafka source jars, minus the ones PySpark already ships (two copies of a jar on
+def _fetch_spark_jars(pom: str, out: Path) -> Path:
+    """Resolve ``pom`` into ``out``, minus the jars PySpark already ships (two copies of a jar on
     one classpath is how NoSuchMethodErrors are born)."""
-    out = spark_connector_dir()
-    _resolve("spark-kafka-connector.pom.xml", out)
+    _resolve(pom, out)
     shipped = _pyspark_jar_names()
     for jar in out.glob("*.jar"):
         if _artifact_id(jar.name) in shipped:
             jar.unlink()
     return out
+
+
+def fetch_spark_connector() -> Path:
+    """Spark's Kafka source jars."""
+    return _fetch_spark_jars("spark-kafka-connector.pom.xml", spark_connector_dir())
 
 
 def fetch_spark_s3a() -> Path:
-    """hadoop-aws and the AWS SDK bundle it declares, minus the jars PySpark ships."""
-    out = spark_s3a_dir()
-    _resolve("spark-s3a-connector.pom.xml", out)
-    shipped = _pyspark_jar_names()
-    for jar in out.glob("*.jar"):
-        if _artifact_id(jar.name) in shipped:
-            jar.unlink()
-    return out
+    """hadoop-aws, the AWS SDK bundle it declares, and spark-hadoop-cloud (the magic committer)."""
+    return _fetch_spark_jars("spark-s3a-connector.pom.xml", spark_s3a_dir())
 
 
 def s3proxy_jar() -> Path:
