@@ -214,8 +214,9 @@ def clusters(test_state, spark_standalone):
 
 @pytest.fixture(scope="module")
 def s3_server(test_state):
-    """S3Proxy (a real S3 REST API, objects in its memory) on loopback with bucket ``tables``: the
-    object store of the S3 sink tests (issue 27). Per module: only those modules use it."""
+    """S3Proxy (a real S3 REST API, objects in its memory) on loopback: the object store of the S3
+    sink tests (issue 27), each of which makes a bucket of its own; ``tables`` serves doctor's
+    checks. Per module: only those modules use it."""
     server = S3Server(port=worker_port(19500), home=test_state / "s3", buckets=["tables"])
     server.start()
     yield server

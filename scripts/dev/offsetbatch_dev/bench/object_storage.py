@@ -35,17 +35,10 @@ CONN_ID = "s3_bench"
 GRID = [(10, 1000), (10, 20000), (100, 1000), (100, 20000), (1000, 1000)]  # (files, rows per file)
 
 
-def _write_batch(root: str, batch_id: int, attempt: str, files: int, rows: int, filesystem=None) -> None:
-    """``files`` Parquet files of ``rows`` sample events and their manifest, staged as the job does."""
+def _sample(rows: int, batch_id: int = 1):
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from offsetbatch.jobspec import Manifest
-    from offsetbatch.sinks.staging import StagingLayout
-
-    layout = StagingLayout(root)
-    data = layout.staging_data(batch_id, attempt)
-    table = pa.table({
+    return pa.table({
         "event_id": pa.array([f"e{j:09d}" for j in range(rows)]),
         "kind": pa.array(["click"] * rows),
         "user_id": pa.array([j % 5000 for j in range(rows)], pa.int32()),
@@ -54,6 +47,28 @@ def _write_batch(root: str, batch_id: int, attempt: str, files: int, rows: int, 
         "kafka_offset": pa.array(range(rows), pa.int64()),
         "batch_id": pa.array([batch_id] * rows, pa.int64()),
     })
+
+
+def _file_mb(rows: int) -> float:
+    """Size of one of the benchmark's Parquet files of ``rows`` rows (the data is the same every run)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = pa.BufferOutputStream()
+    pq.write_table(_sample(rows), out)
+    return out.getvalue().size / 1e6
+
+
+def _write_batch(root: str, batch_id: int, attempt: str, files: int, rows: int, filesystem=None) -> None:
+    """``files`` Parquet files of ``rows`` sample events and their manifest, staged as the job does."""
+    import pyarrow.parquet as pq
+
+    from offsetbatch.jobspec import Manifest
+    from offsetbatch.sinks.staging import StagingLayout
+
+    layout = StagingLayout(root)
+    data = layout.staging_data(batch_id, attempt)
+    table = _sample(rows, batch_id)
     paths = []
     for i in range(files):
         uri = f"{data}/part-{i:05d}.parquet"
@@ -148,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     table.add_column("MB")
     for name in names:
         table.add_column(name)
-    mb = {cell: cell[0] * cell[1] * 60 / 1e6 for cell in GRID}  # about 60 B a row in these files
+    mb = {cell: cell[0] * _file_mb(cell[1]) for cell in GRID}
     for cell in GRID:
-        table.add_row(f"{cell[0]:,} x {cell[1]:,}", f"{mb[cell]:.0f}", *[f"{med[cell][n]:.3f}" for n in names])
+        table.add_row(f"{cell[0]:,} x {cell[1]:,}", f"{mb[cell]:.1f}", *[f"{med[cell][n]:.3f}" for n in names])
     console.print(table)
     local, s3 = dag["local disk"], dag["S3 (S3Proxy)"]
     report.write_section(Path(args.docs) / "benchmarks.md", "object-storage", [
@@ -163,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         "**Publication** (`Sink.publish`, the commit's last step) of one staged batch. On S3 nothing is moved: the "
         "files sink writes one manifest, the iceberg sink reads each file's footer and commits one snapshot.",
         "",
-        "| files × rows per file | ≈ MB | " + " | ".join(f"{n} (s)" for n in names) + " |",
+        "| files × rows per file | MB | " + " | ".join(f"{n} (s)" for n in names) + " |",
         "| --- | ---: | " + " | ".join("---:" for _ in names) + " |",
-        *[f"| {c[0]:,} × {c[1]:,} | {mb[c]:.0f} | " + " | ".join(f"{med[c][n]:.3f}" for n in names) + " |" for c in GRID],
+        *[f"| {c[0]:,} × {c[1]:,} | {mb[c]:.1f} | " + " | ".join(f"{med[c][n]:.3f}" for n in names) + " |" for c in GRID],
         "",
-        f"20× the bytes in the same 10 files: files sink on S3 {med[(10, 20000)]['files, S3'] / med[(10, 1000)]['files, S3']:.1f}×, "
+        f"17× the bytes in the same 10 files: files sink on S3 {med[(10, 20000)]['files, S3'] / med[(10, 1000)]['files, S3']:.1f}×, "
         f"iceberg on S3 {med[(10, 20000)]['iceberg, S3'] / med[(10, 1000)]['iceberg, S3']:.1f}× the time; "
         f"100× the files at the same size: files sink on S3 {med[(1000, 1000)]['files, S3'] / med[(10, 1000)]['files, S3']:.1f}×, "
         f"iceberg on S3 {med[(1000, 1000)]['iceberg, S3'] / med[(10, 1000)]['iceberg, S3']:.1f}×.",
