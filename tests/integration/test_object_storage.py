@@ -1,9 +1,10 @@
-"""The files sink on an S3 API (issue 27): S3Proxy serves the S3 REST API; Spark writes through
-Hadoop's S3A, the commit side through pyarrow's S3 filesystem, both configured from one Airflow
-``aws`` connection. A crash at each boundary, then a rerun: every record exactly once, read back
-by the tests' own pyarrow reader (the manifests as JSON, then the Parquet files they name), and no
-object left that no manifest names. Nothing is renamed at commit time on an object store: the
-published manifest is the publication (``offsetbatch.sinks.files``)."""
+"""The files and Iceberg sinks on an S3 API (issue 27): S3Proxy serves the S3 REST API; Spark writes
+through Hadoop's S3A (magic committer), the commit side through pyarrow's S3 filesystem and
+pyiceberg, all configured from one Airflow ``aws`` connection. A crash at each boundary, then a
+rerun: every record exactly once, read back by readers that are not the sinks' (pyarrow listing
+the bucket and reading the manifests and the Parquet files they name; pyiceberg's scan), and no
+Parquet object left that no manifest or snapshot names. Nothing is renamed at commit time on an
+object store. Also: a replay, a ledger rebuilt from the bucket, and ``doctor``'s bucket check."""
 
 from __future__ import annotations
 
@@ -30,8 +31,6 @@ CONN_ID = "s3_test"
 def s3_pipeline(make_pipeline, s3_server, request, monkeypatch):
     """``make_pipeline`` with the table in a bucket of the test's own (``s3a://<test>/table``, emptied first)
     and the server's ``aws`` connection defined for its runs and for this process."""
-    import re
-
     conn = json.dumps(s3_server.connection())
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", conn)
 
