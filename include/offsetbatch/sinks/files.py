@@ -26,6 +26,7 @@ swap and deleted by the next publish (``_sweep``).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING, Sequence
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 MANIFEST_PUBLISHED = "commit.manifest_published"
+log = logging.getLogger(__name__)
 
 
 class TableLayout(StagingLayout):
@@ -99,7 +101,11 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             if storage.exists(dst):
                 storage.move(dst, layout.trash(f"{stamp}-{i}"))
             storage.move(src, dst)
-        storage.remove(layout.staging(batch_id))
+        if not storage.remove(layout.staging(batch_id), best_effort=True):
+            # two runs executed this batch at once: the other attempt is still writing; its own
+            # commit finds the batch committed and discards its output
+            log.info("%s: another attempt of this batch is still writing under %s; its commit discards it",
+                     self.where(batch_id), layout.staging(batch_id))
         storage.remove(f"{layout.meta}/trash")
 
     def _publish_in_place(self, batch_id: int, output_id: int, attempt: str) -> None:

@@ -90,10 +90,18 @@ def write_json(uri: str, obj: Any) -> None:
     fs.mv(tmp, path)
 
 
-def remove(uri: str) -> None:
+def remove(uri: str, best_effort: bool = False) -> bool:
+    """Delete ``uri`` (a file or a folder tree). With ``best_effort``, a folder another process is
+    still writing into (``OSError``: not empty) is left, and ``False`` returned, instead of raising."""
     fs, path = _fs(uri)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    try:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except OSError:
+        if not best_effort:
+            raise
+        return False
+    return True
 
 
 def move(src: str, dst: str) -> None:

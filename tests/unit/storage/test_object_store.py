@@ -193,3 +193,26 @@ def test_an_iceberg_warehouse_on_s3_needs_the_connection_and_staging_beside_it(t
     assert S3Settings.from_fields("lake", "AKID", "s", EXTRA).pyiceberg_properties() == {
         "s3.access-key-id": "AKID", "s3.secret-access-key": "s", "s3.region": "eu-west-1",
         "s3.force-virtual-addressing": "false", "s3.endpoint": "http://127.0.0.1:19500"}
+
+
+def test_publishing_leaves_a_folder_another_attempt_is_still_writing(tmp_path, monkeypatch):
+    """Two runs executing one batch at once: the first to commit publishes, and the other attempt's
+    folder, still being written, may not be removable yet (CI: ENOTEMPTY). The publication stands;
+    the other attempt's commit discards its output."""
+    sink = FilesSink.at(str(tmp_path / "t"), "orders")
+    layout = sink.layout
+    (tmp_path / "t" / "_offsetbatch" / "staging" / "batch_id=1" / "attempt=a1" / "data").mkdir(parents=True)
+    Manifest(pipeline="orders", output_id=1, ranges=[], rows_in=0, rows_out=0, rows_rejected=0, bytes_in=0,
+             data_files=[], rejected_files=[], job_seconds=0, spark_version="4.3.0",
+             attempt="a1").save(layout.staging_manifest(1, "a1"))
+    real = storage.remove
+
+    def busy(uri, best_effort=False):
+        if uri == layout.staging(1):
+            if not best_effort:
+                raise OSError(39, "Directory not empty")
+            return False
+        return real(uri, best_effort)
+    monkeypatch.setattr(storage, "remove", busy)
+    sink.publish(1, 1, "a1")
+    assert sink.published_ids() == [1]
