@@ -42,4 +42,4 @@ def job_jars(sink_path: str) -> list[str]:
     """Every jar the job of a pipeline whose sink is at ``sink_path`` needs."""
     from offsetbatch import storage
 
-    return spark_connector_jars() + (spark_s3a_jars() if storage.scheme(sink_path) in ("s3a", "s3") else [])
+    return spark_connector_jars() + (spark_s3a_jars() if storage.is_s3(sink_path) else [])

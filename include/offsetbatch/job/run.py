@@ -179,11 +179,10 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
     # Spark redacts data source options whose name or value matches this in plans, the UI and
     # event logs; its default ("url") misses the SASL login and an inline client key.
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
-    for key, value in object_store_options(secrets).items():
-        spark.conf.set(key, value)  # Hadoop's S3A reads the session's fs.* settings; Spark redacts the secret ones
-    if object_store_options(secrets):
-        for key, value in MAGIC_COMMITTER.items():
-            spark.conf.set(key, value)
+    store = object_store_options(secrets)
+    # Hadoop's S3A reads the session's fs.* settings (Spark redacts the secret ones); the magic committer with them
+    for key, value in ({**store, **MAGIC_COMMITTER} if store else {}).items():
+        spark.conf.set(key, value)
     bind_object_store(secrets, [spec.sink["path"] for spec in specs])
     manifests = []
     for spec in specs:
@@ -207,10 +206,10 @@ def bind_object_store(secrets: dict[str, str], locations: list[str]) -> None:
         return
     from offsetbatch.storage.s3 import S3Settings
 
-    settings = S3Settings.from_hadoop_options(options)
+    filesystem = S3Settings.from_hadoop_options(options).filesystem()
     for location in locations:
-        if storage.scheme(location) in ("s3a", "s3"):
-            storage.register_s3(storage.bucket_of(location), settings.filesystem())
+        if storage.is_s3(location):
+            storage.register_s3(storage.bucket_of(location), filesystem)
 
 
 def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:

@@ -95,7 +95,7 @@ class SinkSettings(BaseModel):
 
     @model_validator(mode="after")
     def _storage_connection(self) -> "SinkSettings":
-        on_s3 = storage.scheme(self.path) in ("s3a", "s3")
+        on_s3 = storage.is_s3(self.path)
         if on_s3 and not self.storage_conn_id:
             raise ValueError(f"sink.path {self.path!r} is on an S3 API: set sink.storage_conn_id to the Airflow "
                              f"connection (type aws) that holds its endpoint, region and credentials")

@@ -11,7 +11,8 @@ tells publishing code whether moving a folder is a rename or a copy of every obj
 from __future__ import annotations
 
 import json
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import fsspec
 
@@ -21,6 +22,11 @@ OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "abfs", "abfss")
 _S3_SCHEMES = ("s3a", "s3")
 _s3_buckets: dict[str, Any] = {}  # bucket -> fsspec filesystem (register_s3)
 _s3_connections: dict[str, str] = {}  # bucket -> Airflow connection id, read on first use (bind_s3)
+
+
+def is_s3(uri: str) -> bool:
+    """On an S3 API (``s3a://`` or ``s3://``): needs ``sink.storage_conn_id``, Hadoop's S3A for Spark."""
+    return scheme(uri) in _S3_SCHEMES
 
 
 def scheme(uri: str) -> str:
@@ -43,12 +49,12 @@ def register_s3(bucket: str, filesystem: Any) -> None:
 
 def bind_s3(location: str, conn_id: str) -> None:
     """The bucket of ``location`` is reached with Airflow connection ``conn_id`` (read when first used)."""
-    if scheme(location) in _S3_SCHEMES:
+    if is_s3(location):
         _s3_connections.setdefault(bucket_of(location), conn_id)
 
 
 def _fs(uri: str) -> tuple[Any, str]:
-    if scheme(uri) in _S3_SCHEMES:
+    if is_s3(uri):
         bucket = bucket_of(uri)
         fs = _s3_buckets.get(bucket)
         if fs is None and bucket in _s3_connections:
@@ -63,79 +69,97 @@ def _fs(uri: str) -> tuple[Any, str]:
     return fsspec.core.url_to_fs(uri)
 
 
-def exists(uri: str) -> bool:
+@contextmanager
+def _fs_of(uri: str) -> Iterator[tuple[Any, str]]:
+    """The filesystem and path of ``uri``; on S3, a failure no retry fixes (refused credentials, no
+    such bucket) or an endpoint that did not answer raised as its own error (``s3.translate_error``)."""
     fs, path = _fs(uri)
-    return fs.exists(path)
+    try:
+        yield fs, path
+    except OSError as exc:
+        if not is_s3(uri):
+            raise
+        from offsetbatch.storage.s3 import translate_error
+
+        bucket = bucket_of(uri)
+        conn = _s3_connections.get(bucket)
+        error = translate_error(exc, f"{uri}" + (f" (connection '{conn}')" if conn else ""), bucket)
+        if error is None:
+            raise
+        raise error from exc
+
+
+def exists(uri: str) -> bool:
+    with _fs_of(uri) as (fs, path):
+        return fs.exists(path)
 
 
 def read_json(uri: str) -> Any:
-    fs, path = _fs(uri)
-    with fs.open(path, "r") as f:
+    with _fs_of(uri) as (fs, path), fs.open(path, "r") as f:
         return json.load(f)
 
 
 def write_json(uri: str, obj: Any) -> None:
     """Readers never see half a file: on a disk, a temporary name and a rename; on an object
     store, one PUT (an object appears whole or not at all)."""
-    fs, path = _fs(uri)
     text = json.dumps(obj, indent=1, sort_keys=True, default=str)
-    if not renames_are_cheap(uri):
-        with fs.open(path, "w") as f:
+    with _fs_of(uri) as (fs, path):
+        if not renames_are_cheap(uri):
+            with fs.open(path, "w") as f:
+                f.write(text)
+            return
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        tmp = f"{path}.tmp"
+        with fs.open(tmp, "w") as f:
             f.write(text)
-        return
-    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    tmp = f"{path}.tmp"
-    with fs.open(tmp, "w") as f:
-        f.write(text)
-    fs.mv(tmp, path)
+        fs.mv(tmp, path)
 
 
 def remove(uri: str, best_effort: bool = False) -> bool:
     """Delete ``uri`` (a file or a folder tree). With ``best_effort``, a folder another process is
     still writing into (``OSError``: not empty) is left, and ``False`` returned, instead of raising."""
-    fs, path = _fs(uri)
-    try:
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
-    except OSError:
-        if not best_effort:
-            raise
-        return False
+    with _fs_of(uri) as (fs, path):
+        try:
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+        except OSError:
+            if not best_effort or is_s3(uri):  # on S3 nothing is "not empty": the error means something
+                raise
+            return False
     return True
 
 
 def move(src: str, dst: str) -> None:
     """Rename ``src`` to ``dst`` (atomic for a directory on local disks and HDFS; on an object store
     a copy of every object: publishing code asks ``renames_are_cheap`` first)."""
-    fs, s = _fs(src)
-    _, d = _fs(dst)
-    fs.makedirs(d.rsplit("/", 1)[0], exist_ok=True)
-    fs.mv(s, d, recursive=True)
+    with _fs_of(src) as (fs, s):
+        d = _fs(dst)[1]
+        fs.makedirs(d.rsplit("/", 1)[0], exist_ok=True)
+        fs.mv(s, d, recursive=True)
 
 
 def files(uri: str, suffix: str = ".parquet") -> list[str]:
     """The files under ``uri`` ending in ``suffix``, as URIs of the same scheme as ``uri``."""
-    fs, path = _fs(uri)
-    if not fs.exists(path):
-        return []
-    found = sorted(p for p in fs.find(path) if p.endswith(suffix))
-    if scheme(uri) in _S3_SCHEMES:
+    with _fs_of(uri) as (fs, path):
+        if not fs.exists(path):
+            return []
+        found = sorted(p for p in fs.find(path) if p.endswith(suffix))
+    if is_s3(uri):
         return [f"{scheme(uri)}://{p.lstrip('/')}" for p in found]
     return found
 
 
 def children(uri: str) -> list[str]:
     """The names directly under folder ``uri`` (none if it does not exist)."""
-    fs, path = _fs(uri)
-    if not fs.exists(path):
-        return []
-    return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
+    with _fs_of(uri) as (fs, path):
+        if not fs.exists(path):
+            return []
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
 
 
 def parquet_schema(uri: str):
     """The Arrow schema in a Parquet file's footer (the file's data is not read)."""
     import pyarrow.parquet as pq
 
-    fs, path = _fs(uri)
-    with fs.open(path, "rb") as f:
+    with _fs_of(uri) as (fs, path), fs.open(path, "rb") as f:
         return pq.read_schema(f)

@@ -137,9 +137,29 @@ class S3Settings:
             allow_delayed_open=True, connect_timeout=10, request_timeout=60))
 
 
+def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
+    """The error an S3 failure means, one per cause: what no retry fixes (no such bucket, refused
+    credentials or permission) as ``StorageConnectionError``, an endpoint that did not answer as
+    ``StorageUnreachableError``; ``None`` for anything else (a missing object, say)."""
+    text = str(exc)
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "NO_SUCH_BUCKET" in text:
+        return StorageConnectionError(f"{where}: bucket {bucket!r} does not exist. Create it, or fix sink.path; "
+                                      f"nothing was changed.")
+    if any(code in text for code in ("SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY_ID", "ACCESS_DENIED",
+                                     "Forbidden", "EXPIRED_TOKEN")):
+        return StorageConnectionError(f"{where}: the store refused the credentials or the request ({first}). Fix the "
+                                      f"connection's login/password, or grant s3:ListBucket, s3:PutObject, "
+                                      f"s3:GetObject and s3:DeleteObject on the bucket; nothing was changed.")
+    if "NETWORK_CONNECTION" in text or "Could not connect" in text or "timed out" in text.lower():
+        return StorageUnreachableError(f"{where}: the endpoint did not answer ({first}). Check that the store is up "
+                                       f"and the connection's endpoint_url is right.")
+    return None
+
+
 def check_bucket(settings: S3Settings, location: str) -> None:
     """Reach the bucket and write, read and delete one object under ``location``: ``doctor``'s check,
-    one distinct error per cause (``StorageConnectionError`` for what no retry fixes)."""
+    one distinct error per cause (``translate_error``)."""
     from offsetbatch import storage
 
     bucket = storage.bucket_of(location)
@@ -153,17 +173,6 @@ def check_bucket(settings: S3Settings, location: str) -> None:
             f.read()
         fs.rm(probe)
     except OSError as exc:
-        text = str(exc)
-        first = text.splitlines()[0] if text else type(exc).__name__
-        if "NO_SUCH_BUCKET" in text:
-            raise StorageConnectionError(f"{where}: bucket {bucket!r} does not exist. Create it, or fix sink.path; "
-                                         f"nothing was changed.") from None
-        if any(code in text for code in ("SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY_ID", "ACCESS_DENIED",
-                                         "Forbidden", "EXPIRED_TOKEN")):
-            raise StorageConnectionError(f"{where}: the store refused the credentials or the write ({first}). Fix the "
-                                         f"connection's login/password, or grant s3:PutObject, s3:GetObject and "
-                                         f"s3:DeleteObject on the bucket; nothing was changed.") from None
-        if "NETWORK_CONNECTION" in text or "Could not connect" in text or "timed out" in text.lower():
-            raise StorageUnreachableError(f"{where}: the endpoint did not answer ({first}). Check that the store is up "
-                                          f"and the connection's endpoint_url is right.") from None
-        raise StorageConnectionError(f"{where}: {first}") from None
+        raise (translate_error(exc, where, bucket)
+               or StorageConnectionError(f"{where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")) \
+            from None

@@ -216,3 +216,31 @@ def test_publishing_leaves_a_folder_another_attempt_is_still_writing(tmp_path, m
     monkeypatch.setattr(storage, "remove", busy)
     sink.publish(1, 1, "a1")
     assert sink.published_ids() == [1]
+
+
+def test_an_s3_failure_no_retry_fixes_is_a_permanent_error_naming_the_connection(monkeypatch):
+    """pyarrow raises OSError for everything; a task must not retry refused credentials or a
+    missing bucket (ConfigError is permanent: dag.retry_policy), but may retry an endpoint that
+    did not answer, and a missing object stays what it is."""
+    from offsetbatch.dag.retry_policy import is_permanent
+    from offsetbatch.errors import StorageUnreachableError
+
+    class Refusing:
+        def __init__(self, text):
+            self.text = text
+
+        def exists(self, path):
+            raise OSError(self.text)
+
+    monkeypatch.setitem(storage._s3_connections, "lake", "lake_s3")
+    for text, kind, permanent in (
+            ("AWS Error ACCESS_DENIED during HeadObject operation", StorageConnectionError, True),
+            ("AWS Error NO_SUCH_BUCKET during ListObjectsV2 operation", StorageConnectionError, True),
+            ("AWS Error NETWORK_CONNECTION during HeadObject operation: Could not connect", StorageUnreachableError, False)):
+        monkeypatch.setitem(storage._s3_buckets, "lake", Refusing(text))
+        with pytest.raises(kind, match="connection 'lake_s3'") as err:
+            storage.exists("s3a://lake/t/x.json")
+        assert is_permanent(err.value) is permanent
+    monkeypatch.setitem(storage._s3_buckets, "lake", Refusing("something else"))
+    with pytest.raises(OSError, match="something else"):
+        storage.exists("s3a://lake/t/x.json")

@@ -95,11 +95,11 @@ class IcebergSettings(SinkSettings):
     def _warehouse_storage(self) -> "IcebergSettings":
         from offsetbatch import storage
 
-        on_s3 = storage.scheme(self.warehouse) in ("s3a", "s3")
+        on_s3 = storage.is_s3(self.warehouse)
         if on_s3 and not self.storage_conn_id:
             raise ValueError(f"sink.warehouse {self.warehouse!r} is on an S3 API: set sink.storage_conn_id to the "
                              f"Airflow connection (type aws) that holds its endpoint, region and credentials")
-        if on_s3 != (storage.scheme(self.path) in ("s3a", "s3")):
+        if on_s3 != storage.is_s3(self.path):
             raise ValueError(f"sink.path {self.path!r} and sink.warehouse {self.warehouse!r} must both be on the object "
                              f"store or both not: the snapshot adds the staged files where they are")
         return self
