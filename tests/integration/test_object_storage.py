@@ -186,13 +186,14 @@ def test_bucket_check_names_each_cause(s3_server):
         check_bucket(good, "s3a://no-such-bucket/doctor")
 
 
-def test_bucket_check_fails_fast_when_the_endpoint_is_down(s3_server):
+def test_bucket_check_says_when_the_endpoint_is_down(s3_server):
+    """A closed port: StorageUnreachableError (the one cause a retry may fix), naming the endpoint."""
     from offsetbatch.errors import StorageUnreachableError
 
     conn = s3_server.connection()
     down = S3Settings.from_fields("s3_test", conn["login"], conn["password"],
                                   {**conn["extra"], "endpoint_url": "http://127.0.0.1:9"})
-    with pytest.raises(StorageUnreachableError, match="endpoint did not answer"):
+    with pytest.raises(StorageUnreachableError, match=r"endpoint http://127.0.0.1:9\): the endpoint did not answer"):
         check_bucket(down, "s3a://tables/doctor-down")
 
 
