@@ -180,11 +180,12 @@ def test_key_partitioning_keys_and_values(make_pipeline, kafka_broker):
             assert r.partition == (murmur2(r.key) & 0x7FFFFFFF) % OUT_PARTITIONS
 
 
-def test_a_missing_output_topic_is_refused_before_the_ledger_transaction(make_pipeline, kafka_broker):
+def test_a_missing_output_topic_is_refused_before_the_ledger_is_opened(make_pipeline, kafka_broker):
     """An output topic that does not exist used to be found after the batch was committed (the
     producer timing out twice, 120 s each, naming no topic, while status said committed). Now the
-    commit refuses it while the batch is still planned, naming the topic, without retries; once
-    the topic exists, the next run commits the same batch."""
+    plan task refuses it before it opens the ledger (and before a Spark job is spent), naming the
+    topic, without retries; once the topic exists, the run goes through. The commit checks again
+    before its ledger transaction (test_secure_kafka: an ACL revoked between plan and commit)."""
     import yaml
     from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -214,15 +215,15 @@ def test_a_missing_output_topic_is_refused_before_the_ledger_transaction(make_pi
 
     refused = p.run(BASE)
     refused.assert_failed_with(f"topic(s) {out} do not exist on {p.bootstrap}")
-    assert "AirflowFailException" in refused.output and "Nothing was committed; the batch stays planned" in refused.output
-    [batch] = p.ledger.list_batches(p.name, 10)
-    assert batch.status == "planned" and set(p.ledger.frontier_now(p.name).values()) == {0}
+    assert "AirflowFailException" in refused.output and "starting task_id=spark_job" not in refused.output
+    assert "Nothing was changed. Create them" in refused.output
+    assert p.snapshot() == before and p.ledger_digest() == digest
 
     admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
     try:
         admin.create_topics([NewTopic(out, OUT_PARTITIONS, 1)])
     finally:
         admin.close()
-    assert p.run(BASE + H).ok  # the pending batch first, unchanged
-    assert [b.status for b in p.ledger.list_batches(p.name, 10)][-1] == "committed"
+    assert p.run(BASE).ok
+    assert [b.status for b in p.ledger.list_batches(p.name, 10)] == ["committed"]
     _check_exactly_once_in_order(p, _read(p.bootstrap, out, "read_committed"))

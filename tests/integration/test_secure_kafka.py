@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import threading
 from datetime import datetime, timedelta, timezone
@@ -24,6 +25,8 @@ pytestmark = pytest.mark.integration
 BASE = datetime(2026, 11, 6, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 USER = "pipeline"
+COMMIT = ("import sys\nfrom offsetbatch.dag.tasks import commit_step\nfrom offsetbatch.pipeline import Pipeline\n"
+          "print(commit_step(Pipeline.load(sys.argv[1]), [int(sys.argv[2])], sys.argv[3]))\n")
 
 
 @pytest.fixture
@@ -204,3 +207,116 @@ def test_each_misconfiguration_fails_the_plan_task_at_once_and_changes_nothing(s
     assert p.snapshot() == before and p.ledger_digest() == digest
     [kafka_check] = [c for c in _doctor(p) if c["name"] == f"{p.name}: kafka"]
     assert not kafka_check["ok"] and f"denied describing topic(s) {other}" in kafka_check["detail"], kafka_check
+
+
+def test_a_kafka_sink_user_without_producer_acls_is_refused_before_anything_changes(secure_pipeline,
+                                                                                     secure_kafka_broker):
+    """A Kafka sink whose user may read the source but not publish used to be found after the
+    ledger transaction (committed, then the producer refused or timed out). Now the broker is
+    asked, without producing anything, what this user may do on the output topic, the
+    transactional id and the marker group: by the plan task before it opens the ledger (no Spark
+    job spent), and again by the commit before its ledger transaction (an ACL revoked in between).
+    Every missing ACL is named and nothing is retried. The one ACL no broker reports before the
+    first publish (READ on a marker group that has no offsets yet) fails the publish after the
+    ledger transaction, with nothing visible and a clear error; once granted, the rerun publishes
+    the batch once."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.admin import NewTopic
+
+    broker = secure_kafka_broker
+    p = secure_pipeline(transform={"sql": "SELECT event_id, kafka_topic, kafka_partition, kafka_offset FROM records"},
+                        sink={"event_time_column": None, "type": "kafka", "topic": "placeholder"})
+    out = f"{p.topic}-out"
+    admin = broker.admin_client()
+    try:
+        admin.create_topics([NewTopic(out, 1, 1)])
+    finally:
+        admin.close()
+    cfg = yaml.safe_load(p.config_path.read_text())
+    cfg["sink"].update(topic=out, conn_id="kafka_secure")
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    p.produce(400, start=BASE, hours=2)
+    txn_id, group = f"offsetbatch.{p.name}.{out}", f"offsetbatch.{p.name}.published"
+
+    def output_ids() -> list[str]:
+        """The output topic as a read_committed consumer (the admin user) sees it."""
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
+                                 isolation_level="read_committed", **broker.client_kwargs("admin"))
+        try:
+            tp = TopicPartition(out, 0)
+            consumer.assign([tp])
+            consumer.seek_to_beginning(tp)
+            end, ids = consumer.end_offsets([tp])[tp], []
+            while consumer.position(tp) < end:
+                for batch in consumer.poll(timeout_ms=2000).values():
+                    ids.extend(json.loads(r.value)["event_id"] for r in batch)
+            return ids
+        finally:
+            consumer.close()
+
+    def lacks(output: str) -> str:
+        [line] = [line for line in output.splitlines() if f"user '{USER}' may not publish: it lacks" in line][:1]
+        return line.split("it lacks ", 1)[1].split(". A Kafka sink's user needs", 1)[0]
+
+    def statuses() -> list[tuple[str, bool]]:
+        published = p.ledger.last_published(p.name)
+        return [(b.status, published is not None and published[0] >= b.batch_id)
+                for b in sorted(p.ledger.list_batches(p.name, 10), key=lambda b: b.batch_id)]
+
+    # 1. the plan task: nothing planned, no Spark job, the ledger byte-identical
+    before, digest = p.snapshot(), p.ledger_digest()
+    first = p.run(BASE)
+    assert lacks(first.output) == (f"DESCRIBE, READ and WRITE on topic {out}; DESCRIBE and READ on group {group}; "
+                                   f"WRITE on transactional id {txn_id}"), first.output[-3000:]
+    assert "Nothing was changed. Get them granted, then trigger the run again" in first.output
+    assert "AirflowFailException" in first.output and "starting task_id=spark_job" not in first.output
+    assert first.output.count("[DAG TEST] starting task_id=plan ") == 1
+    assert p.snapshot() == before and p.ledger_digest() == digest and output_ids() == []
+    [target] = [c for c in _doctor(p) if c["name"] == f"{p.name}: output topic"]
+    assert not target["ok"] and lacks(target["detail"]).startswith(f"DESCRIBE, READ and WRITE on topic {out}"), target
+
+    broker.grant(USER, "TOPIC", out, "DESCRIBE", "WRITE")
+    second = p.run(BASE)
+    assert lacks(second.output) == (f"READ on topic {out}; DESCRIBE and READ on group {group}; "
+                                    f"WRITE on transactional id {txn_id}")
+    assert p.snapshot() == before and p.ledger_digest() == digest
+
+    # 2. READ on a group with no offsets yet cannot be seen before the first publish: the publish
+    # is refused after the ledger transaction, nothing is visible, and the rerun publishes it once
+    broker.grant(USER, "TOPIC", out, "READ")
+    broker.grant(USER, "GROUP", group, "DESCRIBE")
+    broker.grant(USER, "TRANSACTIONAL_ID", txn_id, "WRITE")
+    unpublished = p.run(BASE)
+    unpublished.assert_failed_with(f"batch 1, topic {out}: is committed in the ledger, but the broker refused its "
+                                   f"publish (GroupAuthorizationFailedError")
+    assert "read_committed consumers see none of its records" in unpublished.output
+    assert "AirflowFailException" in unpublished.output
+    assert statuses() == [("committed", False)] and output_ids() == []
+    broker.grant(USER, "GROUP", group, "READ")
+    assert p.run(BASE, run_after=unpublished.run_after).ok
+    assert statuses() == [("committed", True)]
+
+    # 3. the commit's own check: the second hour's commit fails once (injected), the group's READ
+    # is revoked (the group has offsets now, so the broker reports it), the commit is refused while
+    # the batch is planned; granted again, the run commits and publishes it once
+    crashed = p.run(BASE + H, faults="commit.before_transaction")
+    crashed.assert_failed_with("injected fault at commit.before_transaction")
+    broker.revoke(USER, "GROUP", group, "READ")
+    [staged] = Path(p.table, "_offsetbatch", "staging", "batch_id=2").glob("attempt=*/_manifest.json")
+    commit = subprocess.run([sys.executable, "-c", COMMIT, str(p.config_path), "2",
+                             staged.parent.name.removeprefix("attempt=")],
+                            env={k: v for k, v in p.env.items() if k != "OFFSETBATCH_FAULTS"},
+                            capture_output=True, text=True, timeout=300)
+    assert commit.returncode != 0 and "KafkaAuthError" in commit.stderr, commit.stderr[-3000:]
+    assert lacks(commit.stderr) == f"READ on group {group}", commit.stderr[-3000:]
+    assert "Nothing was committed; the batch stays planned. Get them granted, then clear the commit task" in \
+        commit.stderr
+    assert statuses() == [("committed", True), ("planned", False)]
+
+    broker.grant(USER, "GROUP", group, "READ")
+    assert p.run(BASE + H, run_after=crashed.run_after).ok
+    assert statuses() == [("committed", True), ("committed", True)]
+    [target] = [c for c in _doctor(p) if c["name"] == f"{p.name}: output topic"]
+    assert target["ok"] and f"use transactional id {txn_id}" in target["detail"], target
+    ids = output_ids()
+    assert sorted(ids) == sorted(i for i in p.produced.values() if i) and len(set(ids)) == len(ids)

@@ -69,6 +69,7 @@ def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: dateti
     with pipeline.kafka() as kafka:
         kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # an ACL denial fails here, before the ledger
         pipeline.sink.check_source(cfg.reads_topic, kafka)
+        pipeline.sink.check_writable()
         with pipeline.ledger(create=ownership.creates_ledger(pipeline.sink)) as ledger:
             return _plan_with(pipeline, ledger, kafka, request, RunInfo(dag_id, run_id, interval[0], interval[1],
                                                                          request, run_type), interval)

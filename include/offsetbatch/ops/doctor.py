@@ -125,6 +125,13 @@ def _object_store(cfg: PipelineConfig) -> str:
     return f"{cfg.sink.path}: writable with connection {cfg.sink.storage_conn_id}; {len(spark_s3a_jars())} S3A jars"
 
 
+def _sink_target(pipeline: Pipeline) -> str:
+    """A Kafka sink's topics: they exist and the sink's user may publish to them (the plan's check)."""
+    pipeline.sink.check_writable()
+    return (f"{pipeline.sink.target}: exists; the connection's user may write it, use transactional id "
+            f"{pipeline.sink.transactional_id} and marker group {pipeline.sink.marker_group}")
+
+
 def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
     checks = [
         _run("java", _java, "install Java 17 (Debian: apt-get install openjdk-17-jre-headless)"),
@@ -153,6 +160,10 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
                            f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
                            f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
                            f"{cfg.name}'"))
+        if cfg.sink.type == "kafka":
+            checks.append(_run(f"{cfg.name}: output topic", lambda p=pipeline: _sink_target(p),
+                               f"create the topic or have the ACLs the message names granted (or fix sink.topic / "
+                               f"sink.conn_id in {cfg.source_file})"))
         if cfg.sink.storage_conn_id:
             checks.append(_run(f"{cfg.name}: object store", lambda c=cfg: _object_store(c),
                                f"fix Airflow connection {cfg.sink.storage_conn_id} (type aws: login = access key id, "

@@ -17,7 +17,8 @@ publishes.
     ``publish_in_transaction`` and ``retire_in_transaction`` run on the ledger's connection, inside
     the transaction that commits the batch, so rows and offsets commit together or not at all.
 
-  Every sink also has ``check_publishable`` (before the ledger transaction), ``discard`` (a losing
+  Every sink also has ``check_source`` and ``check_writable`` (the plan task, before the ledger is
+  opened), ``check_publishable`` (before the ledger transaction), ``discard`` (a losing
   attempt), ``cleanup`` (a batch's staging), its owner marker and ``published_ids``. Every one of
   them is idempotent, because a crash anywhere is finished by running it again. Staging is keyed by
   the batch, not the output id, so two replays of one batch never touch each other's staging.
@@ -198,6 +199,10 @@ class Sink(ABC):
     def check_source(self, reads_topic: Callable[[str], bool], source: "KafkaAdmin") -> None:
         """Called by the plan task before the ledger is opened, with the pipeline's source cluster:
         a sink that would write where the pipeline reads refuses (``SinkTargetError``)."""
+
+    def check_writable(self) -> None:
+        """Called by the plan task before the ledger is opened: a target this pipeline could never
+        publish to (a missing topic, a refused ACL) refuses before a Spark job is spent on it."""
 
     def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Called by the commit before its ledger transaction: refuse (``SinkSchemaError``) an

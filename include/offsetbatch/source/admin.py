@@ -25,6 +25,10 @@ from offsetbatch.source.diagnosis import KafkaAuthError, connect_admin, explain
 
 log = logging.getLogger(__name__)
 TOPIC_AUTHORIZATION_FAILED = 29  # Kafka protocol error code
+SOURCE_ACLS = "The pipeline's user needs DESCRIBE and READ on its topics and READ on its consumer group"
+SINK_ACLS = ("A Kafka sink's user needs DESCRIBE and WRITE on the output (and dead-letter) topics, READ on the "
+             "output topic (the transaction commits the marker's offset on it), WRITE on the transactional id and "
+             "DESCRIBE and READ on the marker group")
 # kafka-python logs every connection at INFO; operators want one line per batch, not per socket.
 if not os.environ.get("OFFSETBATCH_KAFKA_DEBUG"):
     logging.getLogger("kafka").setLevel(logging.WARNING)
@@ -73,9 +77,10 @@ class KafkaAdmin:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def partitions(self, topics: list[str] | None = None, pattern: str | None = None) -> set[TopicPartition]:
+    def partitions(self, topics: list[str] | None = None, pattern: str | None = None,
+                   needs: str = SOURCE_ACLS) -> set[TopicPartition]:
         """Partitions of the named topics (missing topics are simply absent) or of every
-        non-internal topic matching ``pattern`` (full match)."""
+        non-internal topic matching ``pattern`` (full match). ``needs``: the ACLs a denial names."""
         if pattern is not None:
             rx = re.compile(pattern)
             topics = [t for t in self.admin.list_topics() if not t.startswith("__") and rx.fullmatch(t)]
@@ -87,8 +92,7 @@ class KafkaAdmin:
         if denied:
             raise KafkaAuthError(
                 f"Kafka {self.client.describe()}: the broker denied describing topic(s) {', '.join(denied)} "
-                f"(TOPIC_AUTHORIZATION_FAILED). The pipeline's user needs DESCRIBE and READ on its topics and READ "
-                f"on its consumer group; ask the cluster's admins for these ACLs. Nothing was changed.")
+                f"(TOPIC_AUTHORIZATION_FAILED). {needs}; ask the cluster's admins for these ACLs. Nothing was changed.")
         for desc in descs:
             if desc.get("error_code", 0) != 0:
                 continue  # unknown topic: the planner decides whether that is an error
@@ -180,6 +184,48 @@ class KafkaAdmin:
                 self.commit_group(group_id, committed)
         except kerr.AuthorizationError as exc:
             raise explain(exc, self.client, doing=f"read and commit consumer group {group_id} (READ ACL)") from exc
+
+    def check_produce_access(self, topics: list[str], group_id: str, transactional_id: str,
+                             marker_topic: str | None = None) -> None:
+        """What a transactional producer needs, checked without producing anything: WRITE on each
+        topic and READ on ``marker_topic`` (a transaction's offset commit needs it; the operations
+        the broker reports for this user), DESCRIBE (and, once the group has offsets, READ) on the
+        marker group, and the transactional id (the broker's coordinator lookup refuses an id this
+        user has no ACL on). Every missing ACL is named in one ``KafkaAuthError``. Not checkable
+        without side effects, so left to the publish itself: READ on a group that has no offsets
+        yet, and WRITE where only DESCRIBE was granted on the id."""
+        from kafka import errors as kerr
+
+        missing: list[str] = []
+        for desc in self.admin.describe_topics(list(topics)):
+            needed = ["READ", "WRITE"] if desc["name"] == marker_topic else ["WRITE"]
+            ops = desc.get("authorized_operations")  # None: no authorizer, or not reported
+            if desc.get("error_code") == TOPIC_AUTHORIZATION_FAILED:
+                missing.append(f"{', '.join(['DESCRIBE', *needed[:-1]])} and {needed[-1]} on topic {desc['name']}")
+            elif not desc.get("error_code") and ops is not None and [op for op in needed if op not in ops]:
+                # (a topic that does not exist is the caller's to name)
+                missing.append(f"{' and '.join(op for op in needed if op not in ops)} on topic {desc['name']}")
+        try:
+            group = self.admin.describe_groups([group_id]).get(group_id) or {}
+            ops = group.get("authorized_operations")
+            if ops is not None and "READ" not in ops:
+                missing.append(f"READ on group {group_id}")
+        except kerr.GroupAuthorizationFailedError:
+            missing.append(f"DESCRIBE and READ on group {group_id}")
+        except KafkaError:
+            pass  # coordinator not there yet: the lookup passed the ACL check, or the publish will say
+        try:
+            self.admin.describe_transactions([transactional_id])
+        except kerr.TransactionalIdAuthorizationFailedError:
+            missing.append(f"WRITE on transactional id {transactional_id}")
+        except KafkaError:
+            pass  # unknown id or coordinator loading: the ACL check passed
+        if missing:
+            user = self.client.settings.get("sasl.username")
+            raise KafkaAuthError(
+                f"Kafka {self.client.describe()}: user {user or 'this client'!r} may not publish: it lacks "
+                f"{'; '.join(missing)}. {SINK_ACLS}; ask the cluster's admins for these ACLs (the ids and group "
+                f"start with 'offsetbatch.', so prefixed ACLs cover every pipeline).")
 
     def _retry(self, what: str, call, timeout_s: float = 30.0):
         """Retry retriable errors (the group coordinator is created on first use)."""

@@ -125,27 +125,45 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
 
     def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Before the ledger transaction, while the batch is still planned: a replay planned before
-        ``republish`` was turned off, and output or dead-letter topics that do not exist (after the
-        transaction the producer would time out on them, with the batch already committed)."""
-        from offsetbatch.errors import SinkSchemaError, SinkTargetError
-        from offsetbatch.source.admin import KafkaAdmin
-        from offsetbatch.source.connection import from_connection
+        ``republish`` was turned off, output or dead-letter topics that do not exist, and ACLs the
+        producer lacks (after the transaction it would time out or be refused on them, with the
+        batch already committed)."""
+        from offsetbatch.errors import SinkSchemaError
 
         if output_id != batch_id and not self.settings.republish:
             raise SinkSchemaError(
                 f"{self.where(batch_id)}: this batch re-reads batch {output_id}'s offsets and sink.republish is "
                 f"false: its records would be in the topic twice. Nothing was committed. Set sink.republish: true, "
                 f"or leave the batch planned.")
+        self._check_target(self.where(batch_id), "Nothing was committed; the batch stays planned. {fix}, then clear "
+                           "the commit task or let the next run commit the batch.")
+
+    def check_writable(self) -> None:
+        """The output and dead-letter topics exist and this user may publish to them, asked before
+        the plan opens the ledger, so that no Spark job is spent on a batch nobody could publish."""
+        self._check_target(self.where(), "Nothing was changed. {fix}, then trigger the run again.")
+
+    def _check_target(self, where: str, then: str) -> None:
+        """Topics that do not exist, and the ACLs the producer lacks (``KafkaAdmin.check_produce_access``),
+        each refused naming the topic or ACL and ``then`` (what stays as it was, with ``{fix}``)."""
+        from offsetbatch.errors import KafkaAuthError, SinkTargetError
+        from offsetbatch.source.admin import SINK_ACLS, KafkaAdmin
+        from offsetbatch.source.connection import from_connection
+
         wanted = [t for t in (self.settings.topic, self.settings.dead_letter_topic) if t]
         with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as kafka:
-            found = {tp.topic for tp in kafka.partitions(wanted)}
+            try:
+                kafka.check_produce_access(wanted, self.marker_group, self.transactional_id, self.settings.topic)
+                found = {tp.topic for tp in kafka.partitions(wanted, needs=SINK_ACLS)}
+            except KafkaAuthError as exc:
+                raise KafkaAuthError(f"{where}: {str(exc).removesuffix(' Nothing was changed.')} "
+                                     + then.format(fix="Get them granted")) from exc
             missing = [t for t in wanted if t not in found]
             if missing:
                 raise SinkTargetError(
-                    f"{self.where(batch_id)}: topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap} "
-                    f"(connection '{self.settings.conn_id}'). Nothing was committed; the batch stays planned. Create "
-                    f"them (replication 3 and min.insync.replicas 2 recommended), then clear the commit task or let "
-                    f"the next run commit the batch.")
+                    f"{where}: topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap} (connection "
+                    f"'{self.settings.conn_id}'). " + then.format(
+                        fix="Create them (replication 3 and min.insync.replicas 2 recommended)"))
 
     def publish(self, batch_id: int, output_id: int, attempt: str, superseded: Sequence[int] = (),
                 kind: str = "") -> None:
@@ -159,6 +177,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
             log.info("%s: already published (its staging is gone)", self.where(batch_id))
             return
         manifest = Manifest.load(manifest_uri)
+        from kafka import errors as kafka_errors
         from kafka.structs import OffsetAndMetadata, TopicPartition
 
         producer = self._producer()
@@ -192,6 +211,18 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                          if self.settings.dead_letter_topic else "", seconds, sent / seconds if seconds else 0,
                          ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
             faults.checkpoint(AFTER_COMMIT)
+        except kafka_errors.KafkaError as exc:
+            from offsetbatch.errors import KafkaAuthError
+            from offsetbatch.source.admin import SINK_ACLS
+
+            # the producer wraps some refusals (TxnOffsetCommit's) in a plain KafkaError
+            if not isinstance(exc, kafka_errors.AuthorizationError) and "AuthorizationFailed" not in str(exc):
+                raise
+            raise KafkaAuthError(
+                f"{self.where(batch_id)}: is committed in the ledger, but the broker refused its publish "
+                f"({type(exc).__name__}: {exc}); its Kafka transaction was not committed, so read_committed "
+                f"consumers see none of its records. {SINK_ACLS}. Once granted, clear the commit task: it publishes "
+                f"the batch, once.") from exc
         finally:
             producer.close()
         if not self.settings.dead_letter_topic:
@@ -280,8 +311,19 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         from offsetbatch.source.admin import KafkaAdmin
         from offsetbatch.source.connection import from_connection
 
+        from kafka.errors import AuthorizationError
+
+        from offsetbatch.errors import KafkaAuthError
+        from offsetbatch.source.admin import SINK_ACLS
+
         with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as kafka:
-            found = kafka.group_marker(self.marker_group, TopicPartition(self.settings.topic, MARKER_PARTITION))
+            try:
+                found = kafka.group_marker(self.marker_group, TopicPartition(self.settings.topic, MARKER_PARTITION))
+            except AuthorizationError as exc:
+                raise KafkaAuthError(
+                    f"{self.where()}: Kafka {kafka.client.describe()} denied reading the marker group "
+                    f"{self.marker_group} ({type(exc).__name__}), which says what was published. {SINK_ACLS}; ask "
+                    f"the cluster's admins for these ACLs. Nothing was changed.") from exc
         return json.loads(found[1]) if found and found[1] else None
 
     def retire(self, output_id: int) -> None:

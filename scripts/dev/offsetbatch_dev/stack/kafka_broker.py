@@ -224,9 +224,36 @@ class KafkaBroker:
         READ+DESCRIBE on ``group``. Created as ``admin`` with the admin client's ``create_acls``;
         returns the ACLs. Granting again is harmless (ACLs are a set)."""
         self._require_secure("grant_pipeline")
+        return self._create_acls(user, pipeline_acls(user, topics, group))
+
+    def grant(self, user: str, resource: str, name: str, *operations: str) -> list[Any]:
+        """Allow ``user`` the ``operations`` (``ACLOperation`` names: ``"WRITE"``…) on one resource
+        (a ``ResourceType`` name: ``"TOPIC"``, ``"GROUP"``, ``"TRANSACTIONAL_ID"``), as ``admin``."""
+        from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
+
+        self._require_secure("grant")
+        pattern = ResourcePattern(ResourceType[resource], name)
+        return self._create_acls(user, [ACL(principal=f"User:{user}", host="*", operation=ACLOperation[op],
+                                            permission_type=ACLPermissionType.ALLOW, resource_pattern=pattern)
+                                        for op in operations])
+
+    def revoke(self, user: str, resource: str, name: str, *operations: str) -> None:
+        """Take back what ``grant`` gave (the same arguments)."""
+        from kafka.admin import ACLFilter, ACLOperation, ACLPermissionType, ResourcePatternFilter, ResourceType
+        from kafka.admin import ACLResourcePatternType
+
+        pattern = ResourcePatternFilter(ResourceType[resource], name, ACLResourcePatternType.LITERAL)
+        admin = self.admin_client(request_timeout_ms=10_000)
+        try:
+            for op in operations:
+                admin.delete_acls([ACLFilter(principal=f"User:{user}", host="*", operation=ACLOperation[op],
+                                             permission_type=ACLPermissionType.ALLOW, resource_pattern=pattern)])
+        finally:
+            admin.close()
+
+    def _create_acls(self, user: str, acls: list[Any]) -> list[Any]:
         if not self.acl:
-            raise BrokerError("grant_pipeline needs the authorizer: start the broker with acl=True (--acl)")
-        acls = pipeline_acls(user, topics, group)
+            raise BrokerError("granting ACLs needs the authorizer: start the broker with acl=True (--acl)")
         admin = self.admin_client(request_timeout_ms=10_000)
         try:
             result = admin.create_acls(acls)
