@@ -288,7 +288,7 @@ def test_a_kafka_sink_user_without_producer_acls_is_refused_before_anything_chan
     broker.grant(USER, "TRANSACTIONAL_ID", txn_id, "WRITE")
     unpublished = p.run(BASE)
     unpublished.assert_failed_with(f"batch 1, topic {out}: is committed in the ledger, but the broker refused its "
-                                   f"publish (GroupAuthorizationFailedError")
+                                   f"publish (send_offsets_to_transaction (group {group}): GROUP_AUTHORIZATION_FAILED")
     assert "read_committed consumers see none of its records" in unpublished.output
     assert "AirflowFailException" in unpublished.output
     assert statuses() == [("committed", False)] and output_ids() == []

@@ -7,6 +7,7 @@ talks to Kafka gets its settings from ``KafkaClientConfig``:
 
 * ``kafka_python()``: keyword arguments of kafka-python's clients (planner, commit's group offsets,
   CLI, doctor, UI plugin);
+* ``librdkafka()``: confluent-kafka's configuration (the Kafka sink's transactional publish);
 * ``spark_options()`` / ``spark_secrets()``: the ``kafka.``-prefixed options of Spark's Kafka source
   (the job), split so that secrets never enter a job spec: the spark_job task hands them to the
   job in a file only its user can read (``write_secrets_file``), removed after the run.
@@ -102,6 +103,16 @@ class KafkaClientConfig:
                 if key in s:
                     kw[arg] = s[key]
         return kw
+
+    # ---- librdkafka (confluent-kafka: the Kafka sink's publish) ----------------------------------
+
+    def librdkafka(self) -> dict[str, str]:
+        """confluent-kafka's configuration: the connection's own keys (librdkafka names already),
+        with hostname verification spelled as librdkafka takes it."""
+        conf = dict(self.settings)
+        if "ssl.endpoint.identification.algorithm" in conf:
+            conf["ssl.endpoint.identification.algorithm"] = "https" if _verifies_hostname(conf) else "none"
+        return conf
 
     # ---- Spark's Kafka source (the job) ---------------------------------------------------------
 

@@ -19,8 +19,9 @@ from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.kafka.settings import KafkaSinkSettings
 
 if TYPE_CHECKING:
-    from kafka import KafkaProducer
     from pyspark.sql import DataFrame, SparkSession
+
+    from offsetbatch.sinks.kafka.producer import TransactionalProducer
 
 log = logging.getLogger(__package__)
 
@@ -29,6 +30,17 @@ KEY, VALUE = "_key", "_value"
 SENT = "commit.kafka_records_sent"
 AFTER_COMMIT = "commit.after_kafka_commit"
 MARKER_PARTITION = 0
+SEND_CHUNK = 65_536  # rows turned into Python objects at a time while publishing
+
+
+def _as_bytes(column) -> list[bytes | None]:
+    """An Arrow column as Python ``bytes`` (text as UTF-8, integers as their decimal digits), cast in C."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_integer(column.type):
+        column = pc.cast(column, pa.string())
+    return pc.cast(column, pa.binary()).to_pylist()
 
 
 class KafkaSink(PublishesAfterLedgerCommit, Sink):
@@ -177,8 +189,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
             log.info("%s: already published (its staging is gone)", self.where(batch_id))
             return
         manifest = Manifest.load(manifest_uri)
-        from kafka import errors as kafka_errors
-        from kafka.structs import OffsetAndMetadata, TopicPartition
+        from offsetbatch.sinks.kafka.producer import ProducerRefusedError, PublishFailedError
 
         producer = self._producer()
         try:
@@ -189,7 +200,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                 log.info("%s: already in the topic (marker of group %s names it); not published again",
                          self.where(batch_id), self.marker_group)
             else:
-                producer.begin_transaction()
+                producer.begin()
                 sent = self._send(producer, manifest.data_files, batch_id, output_id, republish=output_id != batch_id
                                   or bool(superseded))
                 rejected = 0
@@ -200,10 +211,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                 faults.checkpoint(SENT)
                 meta = json.dumps({"batch_id": batch_id, "output_id": output_id, "attempt": attempt, "kind": kind,
                                    "records": sent}, separators=(",", ":"))
-                producer.send_offsets_to_transaction(
-                    {TopicPartition(self.settings.topic, MARKER_PARTITION): OffsetAndMetadata(batch_id, meta, -1)},
-                    self.marker_group)
-                producer.commit_transaction()
+                producer.commit_with_offset(self.settings.topic, MARKER_PARTITION, batch_id, meta, self.marker_group)
                 seconds = time.monotonic() - t0
                 self.timings["flush_and_commit"] = time.monotonic() - t_flush
                 log.info("%s: %d record(s)%s published in one transaction (%.1fs, %.0f records/s; %s)",
@@ -211,95 +219,103 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                          if self.settings.dead_letter_topic else "", seconds, sent / seconds if seconds else 0,
                          ", ".join(f"{k} {v:.1f}s" for k, v in self.timings.items()))
             faults.checkpoint(AFTER_COMMIT)
-        except kafka_errors.KafkaError as exc:
+        except ProducerRefusedError as exc:
             from offsetbatch.errors import KafkaAuthError
             from offsetbatch.source.admin import SINK_ACLS
 
-            # the producer wraps some refusals (TxnOffsetCommit's) in a plain KafkaError
-            if not isinstance(exc, kafka_errors.AuthorizationError) and "AuthorizationFailed" not in str(exc):
-                raise
             raise KafkaAuthError(
-                f"{self.where(batch_id)}: is committed in the ledger, but the broker refused its publish "
-                f"({type(exc).__name__}: {exc}); its Kafka transaction was not committed, so read_committed "
-                f"consumers see none of its records. {SINK_ACLS}. Once granted, clear the commit task: it publishes "
-                f"the batch, once.") from exc
+                f"{self.where(batch_id)}: is committed in the ledger, but the broker refused its publish ({exc}); its "
+                f"Kafka transaction was not committed, so read_committed consumers see none of its records. "
+                f"{SINK_ACLS}. Once granted, clear the commit task: it publishes the batch, once.") from exc
+        except PublishFailedError as exc:
+            raise SinkError(f"{self.where(batch_id)}: is committed in the ledger; its publish failed ({exc}) and "
+                            f"nothing of it is visible to read_committed consumers. The task's retry (or the next "
+                            f"run) publishes it, once.") from exc
         finally:
             producer.close()
         if not self.settings.dead_letter_topic:
             self._publish_rejected(batch_id, output_id, attempt)
         storage.remove(self.staging.staging(batch_id))
 
-    def _producer(self) -> "KafkaProducer":
-        from kafka import KafkaProducer
-
+    def _producer(self) -> "TransactionalProducer":
+        from offsetbatch.sinks.kafka.producer import TransactionalProducer
         from offsetbatch.source.connection import from_connection
 
-        client = from_connection(self.settings.conn_id, "sink.conn_id")
-        return KafkaProducer(**client.kafka_python(), transactional_id=self.transactional_id,
-                             enable_idempotence=True, acks="all", max_block_ms=120_000,
-                             **self.settings.producer_kwargs())
+        return TransactionalProducer(from_connection(self.settings.conn_id, "sink.conn_id"), self.transactional_id,
+                                     self.settings.producer_config())
 
     def _rows(self, files: list[str], columns: list[str]):
-        """The staged rows, sorted by source topic, partition and offset (the order they are sent)."""
+        """The staged rows (``_in_order`` gives them in the order they are sent)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         tables = [pq.read_table(f, columns=columns) for f in files]
         if not tables:
             return None
-        table = pa.concat_tables(tables)
-        return table.sort_by([(c, "ascending") for c in RECORD_COLUMNS])
+        return pa.concat_tables(tables)
 
-    def _send(self, producer: "KafkaProducer", files: list[str], batch_id: int, output_id: int,
+    @staticmethod
+    def _in_order(table, size: int):
+        """The rows in source topic, partition and offset order, ``size`` at a time: the order is
+        computed once as indices (no sorted copy of the table is made); one topic, the usual case,
+        sorts on the two integer columns only."""
+        import pyarrow.compute as pc
+
+        keys = list(RECORD_COLUMNS) if pc.count_distinct(table.column("kafka_topic")).as_py() > 1 else \
+            ["kafka_partition", "kafka_offset"]
+        order = pc.sort_indices(table.select(keys), sort_keys=[(k, "ascending") for k in keys])
+        for start in range(0, len(order), size):
+            yield table.take(order.slice(start, size))
+
+    def _send(self, producer: "TransactionalProducer", files: list[str], batch_id: int, output_id: int,
               republish: bool) -> int:
         t0 = time.monotonic()
         table = self._rows(files, [KEY, VALUE, *RECORD_COLUMNS])
-        self.timings["read_and_sort"] = time.monotonic() - t0
+        self.timings["read"] = time.monotonic() - t0
         if table is None or table.num_rows == 0:
             return 0
         topic = self.settings.topic
-        partitions = sorted(producer.partitions_for(topic) or [])
+        partitions = producer.partitions(topic)
         if not partitions:
             raise SinkError(f"{self.where(batch_id)}: the output topic has no partitions the producer can see. Create "
                             f"it (or check the connection's ACLs), then clear the commit task.")
         by_source = self.settings.partitioned_by == "source"
         batch_header = ("offsetbatch.batch-id", str(output_id).encode())
         extra = [("offsetbatch.republish-of", str(output_id).encode())] if republish else []
-        topics: dict[str, bytes] = {}
+        names: dict[str, bytes] = {}
         sent = 0
-        for key, value, src_topic, src_part, src_offset in zip(*(table.column(c).to_pylist() for c in
-                                                                  (KEY, VALUE, *RECORD_COLUMNS))):
-            if src_topic not in topics:
-                topics[src_topic] = src_topic.encode()
-            headers = [("offsetbatch.source", topics[src_topic]),
-                       ("offsetbatch.partition", str(src_part).encode()),
-                       ("offsetbatch.offset", str(src_offset).encode()), batch_header, *extra]
-            producer.send(topic, value=value.encode() if isinstance(value, str) else value,
-                          key=key.encode() if isinstance(key, str) else key, headers=headers,
-                          partition=partitions[src_part % len(partitions)] if by_source else None)
-            sent += 1
-        self.timings["send"] = time.monotonic() - t0 - self.timings["read_and_sort"]
+        # Chunk by chunk: Arrow encodes values, keys and offsets to bytes in C; Python only zips the
+        # chunk's lists, so the process holds the Arrow table and one chunk of Python objects.
+        for chunk in self._in_order(table, SEND_CHUNK):
+            values, keys = _as_bytes(chunk.column(VALUE)), _as_bytes(chunk.column(KEY))
+            src_topics, src_parts = chunk.column("kafka_topic").to_pylist(), chunk.column("kafka_partition").to_pylist()
+            src_offsets = _as_bytes(chunk.column("kafka_offset"))
+            part_names = {p: str(p).encode() for p in set(src_parts)}
+            for topic_name in set(src_topics):
+                names.setdefault(topic_name, topic_name.encode())
+            sent += producer.produce(topic, (
+                (value, key, [("offsetbatch.source", names[src_topic]), ("offsetbatch.partition", part_names[part]),
+                              ("offsetbatch.offset", offset), batch_header, *extra],
+                 partitions[part % len(partitions)] if by_source else -1)
+                for value, key, src_topic, part, offset in zip(values, keys, src_topics, src_parts, src_offsets)))
+        self.timings["sort_and_send"] = time.monotonic() - t0 - self.timings["read"]
         return sent
 
-    def _send_rejected(self, producer: "KafkaProducer", files: list[str], batch_id: int) -> int:
+    def _send_rejected(self, producer: "TransactionalProducer", files: list[str], batch_id: int) -> int:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         tables = [pq.read_table(f) for f in files]
         if not tables:
             return 0
-        table = pa.concat_tables(tables)
-        n = 0
-        for row in table.to_pylist():
-            headers = [("offsetbatch.source", str(row["kafka_topic"]).encode()),
-                       ("offsetbatch.partition", str(row["kafka_partition"]).encode()),
-                       ("offsetbatch.offset", str(row["kafka_offset"]).encode()),
-                       ("offsetbatch.batch-id", str(batch_id).encode()),
-                       ("offsetbatch.error", str(row["error"]).encode())]
-            producer.send(self.settings.dead_letter_topic, value=row["raw_value"], key=row.get("kafka_key"),
-                          headers=headers)
-            n += 1
-        return n
+        batch = str(batch_id).encode()
+        return producer.produce(self.settings.dead_letter_topic, (
+            (row["raw_value"], row.get("kafka_key"),
+             [("offsetbatch.source", str(row["kafka_topic"]).encode()),
+              ("offsetbatch.partition", str(row["kafka_partition"]).encode()),
+              ("offsetbatch.offset", str(row["kafka_offset"]).encode()),
+              ("offsetbatch.batch-id", batch), ("offsetbatch.error", str(row["error"]).encode())], -1)
+            for row in pa.concat_tables(tables).to_pylist()))
 
     def _publish_rejected(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Rejected records as Parquet under ``<path>/_rejected/batch_id=N`` (a rename; idempotent)."""
@@ -324,7 +340,9 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                     f"{self.where()}: Kafka {kafka.client.describe()} denied reading the marker group "
                     f"{self.marker_group} ({type(exc).__name__}), which says what was published. {SINK_ACLS}; ask "
                     f"the cluster's admins for these ACLs. Nothing was changed.") from exc
-        return json.loads(found[1]) if found and found[1] else None
+        # confluent-kafka 2.16 writes the metadata string with its C terminator: one trailing NUL
+        text = found[1].rstrip("\x00") if found else ""
+        return json.loads(text) if text else None
 
     def retire(self, output_id: int) -> None:
         """Kafka is append-only: a superseded batch's records stay in the topic (``republish``)."""
