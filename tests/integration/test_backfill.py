@@ -225,3 +225,50 @@ def test_backfill_while_the_hourly_run_is_triggered(make_pipeline, airflow_servi
     assert all(b.status == "committed" for b in batches), p.describe()
     report = p.check()  # includes: incremental ranges contiguous up to the frontier, nothing overlapping
     assert report.ok, report.summary()
+
+
+DOWNSTREAM = '''\
+from airflow.sdk import DAG, Asset, PartitionedAssetTimetable, task
+
+with DAG(dag_id={dag_id!r}, schedule=PartitionedAssetTimetable(assets=Asset(name={uri!r}, uri={uri!r})),
+         catchup=False, tags=["offsetbatch-test"]):
+    @task
+    def hour(dag_run=None):
+        print("processing partition", dag_run.partition_key)
+
+    hour()
+'''
+
+
+def test_asset_partitions_trigger_a_partition_aware_dag_with_each_batchs_hour(make_pipeline, airflow_services):
+    """With ``airflow.asset_partitions``, the commit's asset event carries each batch's hour as a
+    partition key (Airflow 3.3's partitioned assets), next to the batch in ``extra``; a DAG
+    scheduled with ``PartitionedAssetTimetable`` on the pipeline's asset gets one run per hour, with
+    that hour as its ``partition_key``, created by the real scheduler."""
+    from offsetbatch.pipeline import Pipeline
+
+    p = make_pipeline("_parts", airflow={"retries": 0, "start_date": BASE.isoformat(), "asset_partitions": True})
+    uri = Pipeline(p.cfg).sink.asset_uri()
+    downstream = f"downstream_{p.name}"
+    dag_file = p.dag_file.parent / f"{downstream}.py"
+    dag_file.write_text(DOWNSTREAM.format(dag_id=downstream, uri=uri))
+    try:
+        p.register()
+        airflow_services.airflow("dags", "unpause", downstream)
+        p.produce(400, start=BASE, hours=2, partitions=2)
+        for h in range(2):
+            out = p.run(BASE + h * H)
+            assert out.ok, out.output[-4000:]
+            key = (BASE + h * H).strftime("%Y-%m-%dT%H:%M:%S")
+            assert f"asset event with partition(s) {key}" in out.output
+        runs = airflow_services.wait_for_runs(downstream, 2)
+        assert sorted((r["partition_key"], r["run_type"], r["state"]) for r in runs) == \
+            [(f"2026-10-05T0{h}:00:00", "asset_triggered", "success") for h in range(2)], runs
+        # the event's extra still names the batch and its offsets
+        status, body = airflow_services.rest("GET", f"/api/v2/assets/events?source_dag_id={p.dag_id}&limit=10")
+        assert status == 200, body
+        events = sorted(body["asset_events"], key=lambda e: e["partition_key"])
+        assert [(e["partition_key"], e["extra"]["batch_ids"], e["extra"]["batches"][0]["ranges"] != [])
+                for e in events] == [("2026-10-05T00:00:00", [1], True), ("2026-10-05T01:00:00", [2], True)], events
+    finally:
+        dag_file.unlink(missing_ok=True)

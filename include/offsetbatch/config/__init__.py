@@ -151,6 +151,11 @@ class AirflowSettings(_Model):
     retry_delay_seconds: int = Field(60, ge=0)
     owner: str = "data-engineering"
     tags: list[str] = Field(default_factory=list)
+    asset_partitions: bool = Field(
+        False, description="the commit's asset event carries each batch's time slice as a partition key "
+                           "('%Y-%m-%dT%H:%M:%S', UTC, the interval's start), for DAGs scheduled with "
+                           "PartitionedAssetTimetable. Airflow queues no plain asset-scheduled DAG on a partitioned "
+                           "event, so turn it on when the asset's consumers are partition-aware")
 
     @field_validator("schedule")
     @classmethod

@@ -105,6 +105,7 @@ def _commit(cfg_path: str, asset) -> dict:
     attempt the spark_job task returned; the result goes on the asset event."""
     from airflow.sdk import get_current_context
 
+    from offsetbatch.dag.asset_partitions import add_partitions
     from offsetbatch.dag.retry_policy import fail_without_retry
     from offsetbatch.dag.tasks import commit_step
 
@@ -114,6 +115,8 @@ def _commit(cfg_path: str, asset) -> dict:
     with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
         result = commit_step(Pipeline.load(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
     ctx["outlet_events"][asset].extra = result
+    if Pipeline.load(cfg_path).cfg.airflow.asset_partitions:
+        add_partitions(ctx["outlet_events"][asset], result)
     return result
 
 
