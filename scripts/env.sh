@@ -17,6 +17,9 @@ export AIRFLOW__CORE__EXECUTOR="${AIRFLOW__CORE__EXECUTOR:-LocalExecutor}"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
 export AIRFLOW__API__HOST="${AIRFLOW__API__HOST:-127.0.0.1}"
 export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-INFO}"
+# The OpenLineage provider is installed (the suite tests the lineage it reports) but off until you
+# give it a transport: README, Observability.
+export AIRFLOW__OPENLINEAGE__DISABLED="${AIRFLOW__OPENLINEAGE__DISABLED:-True}"
 
 # Connections, given as JSON (docs/architecture.md, Airflow facts the code relies on: a missing spark_default means master 'yarn'). Plain
 # `if` blocks: a JSON default inside ${VAR:-...} would gain a stray '}' when sourced twice.

@@ -24,7 +24,7 @@ from pathlib import Path
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, installed, load_config
 from offsetbatch.errors import ConfigError
 from offsetbatch.pipeline import Pipeline
-from offsetbatch.plan.request import check_keys, dag_params
+from offsetbatch.plan.request import dag_params
 
 log = logging.getLogger(__name__)
 
@@ -82,49 +82,12 @@ def pipeline_dag(config: str | Path):
     return _build(load_config(path), path)
 
 
-def _plan(cfg_path: str) -> dict:
-    """The plan task: the trigger's keys as the user sent them, then ``tasks.plan_step``."""
-    from airflow.sdk import get_current_context
-
-    from offsetbatch.dag.retry_policy import fail_without_retry
-    from offsetbatch.dag.tasks import plan_step
-
-    ctx = get_current_context()
-    dag_run = ctx["dag_run"]
-    with fail_without_retry():  # a refused value or bad config fails every attempt alike
-        pipeline = Pipeline.load(cfg_path)
-        check_keys(pipeline.name, getattr(dag_run, "conf", None))  # what the user sent, before the merge
-        return plan_step(pipeline, ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
-                         params=dict(ctx["params"]), run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
-                         actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
-                         airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
-
-
-def _commit(cfg_path: str, asset) -> dict:
-    """The commit task: ``tasks.commit_step`` for the batches the plan task returned, from the
-    attempt the spark_job task returned; the result goes on the asset event."""
-    from airflow.sdk import get_current_context
-
-    from offsetbatch.dag.asset_partitions import add_partitions
-    from offsetbatch.dag.retry_policy import fail_without_retry
-    from offsetbatch.dag.tasks import commit_step
-
-    ctx = get_current_context()
-    planned = ctx["ti"].xcom_pull(task_ids="plan")
-    attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
-    with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
-        result = commit_step(Pipeline.load(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
-    ctx["outlet_events"][asset].extra = result
-    if Pipeline.load(cfg_path).cfg.airflow.asset_partitions:
-        add_partitions(ctx["outlet_events"][asset], result)
-    return result
-
-
 def _build(cfg: PipelineConfig, path: Path):
     """The DAG of ``cfg``, read from ``path``: its tasks re-read the file, so they run today's config."""
-    from airflow.sdk import Asset, dag, task
+    from airflow.sdk import Asset, dag
     from airflow.timetables.interval import CronDataIntervalTimetable
 
+    from offsetbatch.dag.operators.pipeline_steps import CommitOperator, PlanOperator
     from offsetbatch.dag.operators.spark_connect import BatchSparkConnectOperator
     from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
 
@@ -162,14 +125,8 @@ def _build(cfg: PipelineConfig, path: Path):
             spark_job = BatchSparkSubmitOperator(task_id="spark_job", config_path=cfg_path, conn_id=cfg.spark.conn_id,
                                                  conf=dict(cfg.spark.conf), verbose=False)
 
-        @task(task_id="plan")
-        def plan() -> dict:
-            return _plan(cfg_path)
-
-        @task(task_id="commit", outlets=[asset])
-        def commit() -> dict:
-            return _commit(cfg_path, asset)
-
-        plan() >> spark_job >> commit()
+        plan = PlanOperator(task_id="plan", config_path=cfg_path)
+        commit = CommitOperator(task_id="commit", config_path=cfg_path, outlets=[asset])
+        plan >> spark_job >> commit
 
     return offsetbatch_pipeline()

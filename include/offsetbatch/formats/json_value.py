@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 CORRUPT = "_corrupt_record"
 
 
-def ddl_field_names(ddl: str) -> list[str]:
-    """Field names of a DDL string (top-level commas only: ``<...>`` and ``(...)`` do not split)."""
+def ddl_fields(ddl: str) -> list[tuple[str, str]]:
+    """(name, type) of each top-level field of a DDL string (``<...>`` and ``(...)`` do not split)."""
     parts, depth, cur = [], 0, ""
     for ch in ddl:
         if ch in "<(":
@@ -33,7 +33,16 @@ def ddl_field_names(ddl: str) -> list[str]:
             cur += ch
     if cur.strip():
         parts.append(cur)
-    return [p.strip().split()[0].strip("`") for p in parts if p.strip()]
+    fields = []
+    for part in (p.strip() for p in parts if p.strip()):
+        name, _, kind = part.partition(" ")
+        fields.append((name.strip("`"), kind.strip()))
+    return fields
+
+
+def ddl_field_names(ddl: str) -> list[str]:
+    """Field names of a DDL string (top-level commas only)."""
+    return [name for name, _ in ddl_fields(ddl)]
 
 
 class JsonFormat(ValueFormat):

@@ -15,8 +15,10 @@ from typing import Any
 
 from airflow.models import BaseOperator
 
+from offsetbatch.dag.operators.lineage import BatchLineage
 
-class BatchSparkConnectOperator(BaseOperator):
+
+class BatchSparkConnectOperator(BatchLineage, BaseOperator):
     """Run the batches the upstream plan task returned on a Spark Connect server.
 
     :param config_path: the pipeline's YAML file
@@ -44,6 +46,7 @@ class BatchSparkConnectOperator(BaseOperator):
         from offsetbatch.job.run import run_batches
         from offsetbatch.jobspec import JobSpec
 
+        self.remember_plan(context)
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         url = SparkConnectHook(self.conn_id).get_connection_url()
         with failure_explained(pipeline, submission, self.log):

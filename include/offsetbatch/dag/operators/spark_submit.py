@@ -15,10 +15,18 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from offsetbatch.dag.operators.lineage import BatchLineage
 from offsetbatch.dag.spark_jars import job_jars
 from offsetbatch.paths import PROJECT_ROOT
 
 JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
+
+
+def openlineage_installed() -> bool:
+    """Whether Airflow's OpenLineage provider is importable (nothing about lineage is done without it)."""
+    import importlib.util
+
+    return importlib.util.find_spec("airflow.providers.openlineage") is not None
 
 
 class _ScrubbedSparkSubmitHook(SparkSubmitHook):
@@ -42,7 +50,7 @@ class _ScrubbedSparkSubmitHook(SparkSubmitHook):
         return super().submit(application, **kwargs)
 
 
-class BatchSparkSubmitOperator(SparkSubmitOperator):
+class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
     """Run ``jobs/offsetbatch_job.py`` (the entry of ``offsetbatch.job.run``) for the batches the upstream plan task returned.
 
     :param config_path: the pipeline's YAML file (the ledger is checked before submitting)
@@ -55,6 +63,9 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
 
     def __init__(self, *, config_path: str, plan_task_id: str = "plan", **kwargs: Any) -> None:
         kwargs.setdefault("application", JOB)
+        # With the OpenLineage provider, the job's own OpenLineage events (an openlineage-spark
+        # listener, if the user installs one) nest under this task: the provider's settings.
+        kwargs.setdefault("openlineage_inject_parent_job_info", openlineage_installed())
         super().__init__(**kwargs)
         self.config_path = config_path
         self.plan_task_id = plan_task_id
@@ -70,6 +81,7 @@ class BatchSparkSubmitOperator(SparkSubmitOperator):
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare
         from offsetbatch.source.connection import SECRETS_ARG, remove_secrets_file, write_secrets_file
 
+        self.remember_plan(context)
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         if not self.jars:
             self.jars = ",".join(job_jars(pipeline.cfg.sink.path))
