@@ -65,10 +65,13 @@ def _kill_when_writing(staging_data: str, driver_is_parent: bool) -> None:
                    for f in storage.files(staging_data, suffix="")):
                 log.error("fault injection: killing the Spark %s mid-write (job.kill_during_write)",
                           "driver" if driver_is_parent else "client (the spark_job task)")
-                sys.stderr.flush()
-                time.sleep(0.5)  # the JVM relays this process's stderr: let the line out first
+                for stream in (sys.stdout, sys.stderr):
+                    stream.flush()
                 if driver_is_parent:
+                    time.sleep(0.5)  # the JVM relays this process's stderr: let the line out first
                     os.kill(os.getppid(), signal.SIGKILL)
+                # On Spark Connect this process is the task itself, which could finish the (small)
+                # write and the run within a pause: kill it at once, the line already flushed.
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(0.01)
     threading.Thread(target=watch, daemon=True).start()

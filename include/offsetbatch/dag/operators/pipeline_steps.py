@@ -27,7 +27,7 @@ class PlanOperator(BatchLineage, BaseOperator):
         self.config_path = config_path
 
     def execute(self, context: Any) -> dict:
-        self.lineage_plan = run_plan(self.config_path)
+        self.lineage_plan = run_plan(self.config_path, context)
         return self.lineage_plan
 
 
@@ -45,19 +45,16 @@ class CommitOperator(BatchLineage, BaseOperator):
         self.config_path = config_path
 
     def execute(self, context: Any) -> dict:
-        self.remember_plan(context)
-        self.lineage_result = run_commit(self.config_path, self.outlets[0])
+        planned = self.remember_plan(context)
+        self.lineage_result = run_commit(self.config_path, self.outlets[0], planned, context)
         return self.lineage_result
 
 
-def run_plan(cfg_path: str) -> dict:
+def run_plan(cfg_path: str, ctx: Any) -> dict:
     """The plan task: the trigger's keys as the user sent them, then ``tasks.plan_step``."""
-    from airflow.sdk import get_current_context
-
     from offsetbatch.dag.retry_policy import fail_without_retry
     from offsetbatch.dag.tasks import plan_step
 
-    ctx = get_current_context()
     dag_run = ctx["dag_run"]
     with fail_without_retry():  # a refused value or bad config fails every attempt alike
         pipeline = Pipeline.load(cfg_path)
@@ -68,21 +65,18 @@ def run_plan(cfg_path: str) -> dict:
                          airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
 
 
-def run_commit(cfg_path: str, asset) -> dict:
-    """The commit task: ``tasks.commit_step`` for the batches the plan task returned, from the
-    attempt the spark_job task returned; the result goes on the asset event."""
-    from airflow.sdk import get_current_context
-
+def run_commit(cfg_path: str, asset: Any, planned: dict, ctx: Any) -> dict:
+    """The commit task: ``tasks.commit_step`` for the batches ``planned`` (the plan task's XCom),
+    from the attempt the spark_job task returned; the result goes on the asset event."""
     from offsetbatch.dag.asset_partitions import add_partitions
     from offsetbatch.dag.retry_policy import fail_without_retry
     from offsetbatch.dag.tasks import commit_step
 
-    ctx = get_current_context()
-    planned = ctx["ti"].xcom_pull(task_ids="plan")
     attempt = ctx["ti"].xcom_pull(task_ids="spark_job")
     with fail_without_retry():  # a table that cannot take the batch's columns refuses every attempt alike
-        result = commit_step(Pipeline.load(cfg_path), [b["batch_id"] for b in planned["batches"]], attempt)
+        pipeline = Pipeline.load(cfg_path)
+        result = commit_step(pipeline, [b["batch_id"] for b in planned["batches"]], attempt)
     ctx["outlet_events"][asset].extra = result
-    if Pipeline.load(cfg_path).cfg.airflow.asset_partitions:
+    if pipeline.cfg.airflow.asset_partitions:
         add_partitions(ctx["outlet_events"][asset], result)
     return result

@@ -59,13 +59,17 @@ class TransactionalProducer:
         try:
             return fn(*args)
         except KafkaException as exc:
-            err: KafkaError = exc.args[0]
-            text = f"{what}: {err.name()}: {err.str()}"
-            if err.code() in AUTH_CODES:
-                raise ProducerRefusedError(text) from exc
-            if self._open and err.txn_requires_abort():
-                self.abort()
-            raise PublishFailedError(text + (" (librdkafka: fatal)" if err.fatal() else "")) from exc
+            self._failed(what, exc)
+
+    def _failed(self, what: str, exc: KafkaException) -> None:
+        """Raise ``exc`` as the error the task acts on (aborting the transaction if it must be)."""
+        err: KafkaError = exc.args[0]
+        text = f"{what}: {err.name()}: {err.str()}"
+        if err.code() in AUTH_CODES:
+            raise ProducerRefusedError(text) from exc
+        if self._open and err.txn_requires_abort():
+            self.abort()
+        raise PublishFailedError(text + (" (librdkafka: fatal)" if err.fatal() else "")) from exc
 
     def init_transactions(self) -> None:
         self._call("init_transactions", self._producer.init_transactions, TIMEOUT_S)
@@ -92,7 +96,7 @@ class TransactionalProducer:
                 except BufferError:
                     poll(0.5)
                 except KafkaException as exc:
-                    self._call(f"produce to {topic}", _raise, exc)
+                    self._failed(f"produce to {topic}", exc)
             n += 1
             if n % POLL_EVERY == 0:
                 poll(0)
@@ -131,7 +135,3 @@ class TransactionalProducer:
     def close(self) -> None:
         self.abort()
         self._producer.flush(0)
-
-
-def _raise(exc: BaseException) -> None:
-    raise exc
