@@ -2,12 +2,14 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo test test-unit bench bench-ui bench-cluster stack-up stack-down stack-wipe
+.PHONY: help setup demo test test-unit test-deploy deploy-up deploy-down bench bench-ui bench-cluster stack-up stack-down stack-wipe
 
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
 	@echo "             make demo SINK=iceberg: its Iceberg variant (one snapshot per batch, read back with pyiceberg)"
-	@echo "make test    install everything, then run the whole test suite (unit + integration)"
+	@echo "make test    install everything, then run the whole test suite (unit + integration, then test-deploy)"
+	@echo "make test-deploy  build the images and prove docker-compose.yaml's stack (about 15 min; needs root or sudo)"
+	@echo "make deploy-up / deploy-down   the container stack (scripts/deploy.sh up / down)"
 	@echo "make bench   benchmarks (about 40 min): results in docs/benchmarks.md; BENCH_ARGS='--records 500000' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
 	@echo "make bench-cluster  the job on a Spark standalone cluster vs local[*], planning at 10,000 partitions (about 15 min)"
@@ -21,7 +23,16 @@ demo: setup
 	@DEMO_SINK="$(SINK)" scripts/demo.sh
 
 test: setup
-	@. scripts/env.sh && scripts/run-tests.sh
+	@. scripts/env.sh && scripts/run-tests.sh && scripts/test-deploy.sh
+
+test-deploy: setup
+	@. scripts/env.sh && scripts/test-deploy.sh
+
+deploy-up:
+	@scripts/deploy.sh up
+
+deploy-down:
+	@scripts/deploy.sh down
 
 bench: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench $(BENCH_ARGS)

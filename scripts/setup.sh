@@ -55,16 +55,7 @@ if [ ! -f "$AIRFLOW_HOME/.migrated" ]; then
 fi
 # One-slot pool per pipeline (docs/architecture.md, Invariants: serialization): backfill runs bypass max_active_runs, the pool does not.
 # Every installed pipeline (offsetbatch.config.installed: OFFSETBATCH_PIPELINES, as the DAGs, the UI and the CLI read it); a config that does not load gets no pool (warned).
-python - > "$AIRFLOW_HOME/pools.json" <<'PY'
-import json, sys
-from offsetbatch.config import installed
-found = installed.read()
-configs, errors = found.configs.values(), [*found.missing, *found.errors]
-for error in errors:
-    print(f"setup: warning: no pool (and no DAG) until this config is fixed: {error}", file=sys.stderr)
-print(json.dumps({c.pool: {"slots": 1, "description": f"offsetbatch pipeline {c.name}: one task at a time",
-                           "include_deferred": False} for c in configs}))
-PY
+offsetbatch pools > "$AIRFLOW_HOME/pools.json"
 if ! cmp -s "$AIRFLOW_HOME/pools.json" "$AIRFLOW_HOME/pools.imported" 2>/dev/null; then
   airflow pools import "$AIRFLOW_HOME/pools.json" >/dev/null && cp "$AIRFLOW_HOME/pools.json" "$AIRFLOW_HOME/pools.imported"
   log "airflow pools: $(tr -d '\n' < "$AIRFLOW_HOME/pools.json" | cut -c1-120)"

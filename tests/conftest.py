@@ -14,7 +14,7 @@ import shutil
 import pytest
 from harness import worker_port
 
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.kafka_cluster import KafkaCluster
 from offsetbatch_dev.stack.postgres import PostgresCluster

@@ -12,7 +12,7 @@ import pytest
 from offsetbatch.config.installed import load_all
 from offsetbatch.dag.factory import pipeline_dags, raise_config_errors
 from offsetbatch.errors import ConfigError
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch.plan.request import PARAM_NAMES
 
 

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 

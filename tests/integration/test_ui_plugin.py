@@ -22,7 +22,8 @@ from urllib.parse import quote, urlparse
 import pytest
 from harness import worker_port
 
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch.source.admin import KafkaAdmin
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev import PROJECT_ROOT
 
 CONNS = ("AIRFLOW_CONN_KAFKA_DEFAULT", "AIRFLOW_CONN_SPARK_DEFAULT", "AIRFLOW_CONN_OFFSETBATCH_LEDGER")
 

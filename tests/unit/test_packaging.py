@@ -50,13 +50,15 @@ def test_the_runtime_wheel_holds_the_runtime_package_only(wheel):
     top = {PurePosixPath(n).parts[0] for n in names}
     assert top == {"offsetbatch", dist_info}, f"the wheel holds more than the runtime package: {sorted(top)}"
     assert not [n for n in names if n.startswith(("tests/", "scripts/"))]
-    assert "offsetbatch/job/run.py" in names, "the Spark job's body ships (jobs/offsetbatch_job.py imports it)"
+    assert "offsetbatch/job/run.py" in names, "the Spark job's body ships"
+    assert "offsetbatch/job/spark_app/offsetbatch_job.py" in names, "the application spark-submit runs ships"
     templates = sorted(p.name for p in (ROOT / "include/offsetbatch/monitor/templates").glob("*.html"))
     assert templates, "the monitor's templates exist in the checkout"
     missing = [t for t in templates if f"offsetbatch/monitor/templates/{t}" not in names]
     assert not missing, f"the monitor pages' templates are missing from the wheel: {missing}"
     entry_points = wheel.read(f"{dist_info}/entry_points.txt").decode()
     assert "offsetbatch = offsetbatch.ops.cli:main" in entry_points and "offsetbatch-stack" not in entry_points
+    assert "[airflow.plugins]\noffsetbatch = offsetbatch.monitor.plugin:OffsetbatchUIPlugin" in entry_points
 
 
 def _imports_of_dev(path: Path, base: Path = ROOT) -> list[str]:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.bench import throughput
 from offsetbatch_dev.stack import artifacts
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker, Quorum
@@ -82,7 +82,7 @@ def test_a_busy_port_names_the_port_and_the_way_out():
 
 
 def test_the_dev_tooling_finds_the_checkouts_files_from_scripts_dev():
-    """offsetbatch_dev moved out of include/ but still reads the checkout (offsetbatch.paths.PROJECT_ROOT):
+    """offsetbatch_dev moved out of include/ but still reads the checkout (offsetbatch_dev.PROJECT_ROOT):
     the Maven poms, the runtime's job entry, and its own Spark applications, all submitted by path."""
     assert {p.name for p in artifacts.MAVEN_DIR.iterdir()} >= {
         "settings.xml", "kafka-broker.pom.xml", "spark-kafka-connector.pom.xml"}

@@ -21,11 +21,11 @@ from offsetbatch.config import validation
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.formats.json_value import CORRUPT as JSON_CORRUPT
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch.paths import bundled_pipelines_dir
 from offsetbatch.sinks import SINKS, SinkSettings, settings_for
 
 log = logging.getLogger(__name__)
-PIPELINES_DIR = PROJECT_ROOT / "include" / "pipelines"
+PIPELINES_DIR = bundled_pipelines_dir()  # None when installed from the wheel
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
 
 
@@ -140,6 +140,13 @@ class SparkSettings(_Model):
         "server instead (no JVM start per run); spark-submit through conn_id when unset")
     conf: dict[str, str] = Field(default_factory=dict)
     records_per_task: int = Field(2_000_000, gt=0, description="ranges larger than this are split across Spark tasks")
+
+    @field_validator("connect_conn_id", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        """``connect_conn_id: ${VAR:-}`` lets one file run on Spark Connect where VAR is set (the
+        container stack) and with spark-submit elsewhere."""
+        return None if value == "" else value
 
 
 class AirflowSettings(_Model):

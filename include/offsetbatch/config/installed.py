@@ -3,8 +3,9 @@ the ``offsetbatch`` CLI and ``make setup`` (one pool per pipeline), so they neve
 
 ``OFFSETBATCH_PIPELINES`` lists YAML files and folders of them, separated by ``:``
 (``os.pathsep``); a folder gives its ``*.yaml``/``*.yml`` files, sorted. Unset or empty, it is the
-project's ``include/pipelines/``. A file that does not load is reported (file and field named) and
-does not hide the others; a pipeline name used twice keeps its first file.
+checkout's ``include/pipelines/``; an installed package has no default, and says so. A file that
+does not load is reported (file and field named) and does not hide the others; a pipeline name
+used twice keeps its first file.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ ENV = "OFFSETBATCH_PIPELINES"
 
 def sources(value: str | None = None) -> list[Path]:
     """The configured entries: ``value`` (a ``--pipelines`` argument), else ``OFFSETBATCH_PIPELINES``,
-    else the project's pipelines folder."""
-    text = value if value is not None else (os.environ.get(ENV) or str(PIPELINES_DIR))
+    else the checkout's pipelines folder (none when installed from the wheel)."""
+    text = value if value is not None else (os.environ.get(ENV) or str(PIPELINES_DIR or ""))
     return [Path(entry) for entry in text.split(os.pathsep) if entry]
 
 
@@ -49,6 +50,10 @@ class Installed:
         if problems:
             raise ConfigError("; ".join(problems))
         return self.configs
+
+
+UNSET = (f"no pipelines are configured: set {ENV} (or --pipelines) to pipeline YAML files and folders of them, "
+         f"separated by ':' (an installed offsetbatch has no sample pipelines)")
 
 
 def _missing(path: Path) -> str:
@@ -83,7 +88,8 @@ def read(value: str | None = None) -> Installed:
                           f"rename one of them (only the first is installed)")
             continue
         good[cfg.name] = cfg
-    missing = tuple(_missing(p) for p in sources(value) if not p.exists())
+    configured = sources(value)
+    missing = tuple(_missing(p) for p in configured if not p.exists()) if configured else (UNSET,)
     return Installed(good, tuple(errors), missing, stamp(value))
 
 

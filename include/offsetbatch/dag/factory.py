@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 def _config_path(config: str | Path) -> Path:
     path = Path(config)
-    if not path.is_absolute():
+    if not path.is_absolute() and PIPELINES_DIR is not None:
         path = PIPELINES_DIR / path
     if path.suffix not in (".yaml", ".yml"):
         path = path.with_suffix(".yaml")

@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from offsetbatch.errors import ConfigError, PipelineError, SinkSchemaError, SinkTargetError
+from offsetbatch.errors import ArtifactError, ConfigError, PipelineError, SinkSchemaError, SinkTargetError
 from offsetbatch.ledger.errors import LedgerMissingError, LedgerReadOnlyError, OwnershipError
 
 # PipelineError: RunRequestError, BackfillRefusedError, DataLossError, PartitionVanishedError,
-# TopicNotFoundError: a run refused before anything changed, the same on every attempt.
+# TopicNotFoundError: a run refused before anything changed, the same on every attempt. ArtifactError:
+# a Spark jar that is not installed (OFFSETBATCH_SPARK_JARS, the cache).
 PERMANENT: tuple[type[Exception], ...] = (PipelineError, ConfigError, OwnershipError, LedgerMissingError,
-                                          LedgerReadOnlyError, SinkSchemaError, SinkTargetError)
+                                          LedgerReadOnlyError, SinkSchemaError, SinkTargetError, ArtifactError)
 
 
 def is_permanent(exc: BaseException) -> bool:

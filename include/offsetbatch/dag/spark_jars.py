@@ -1,41 +1,57 @@
 """Spark's Kafka connector jars, and Hadoop's S3A for a sink on an S3 API, as the runtime needs
 them: handed to ``spark-submit --jars``.
 
-They are resolved once from Maven Central into the cache folder: by ``make setup``
-(``offsetbatch-stack fetch``) in a checkout, by the Dockerfile's Maven stage in the image. At run
-time nothing is downloaded, and a missing cache is a clear error.
+Two places, in this order:
+
+* ``OFFSETBATCH_SPARK_JARS``: a folder of jars you provide (an installed package in an Airflow of
+  your own: your image, MWAA, Composer). Every ``*.jar`` in it is handed to Spark. It must hold the
+  Kafka connector (spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients,
+  commons-pool2), and hadoop-aws with the AWS SDK bundle for a sink on S3.
+* otherwise the cache folder, filled once from Maven Central: by ``make setup`` in a checkout, by the
+  Dockerfile's Maven stage in the image.
+
+At run time nothing is downloaded, and a missing jar is a clear error naming the folder and the jar.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 from offsetbatch.errors import ArtifactError
 from offsetbatch.paths import cache_dir
+
+ENV = "OFFSETBATCH_SPARK_JARS"
+# What each feature needs, by artifact id (a jar's file name up to its version).
+CONNECTOR = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2")
+S3A = ("hadoop-aws", "bundle")
+_HOW = (f"Set {ENV} to a folder holding them (README, 'Add offsetbatch to an existing Airflow', lists the Maven "
+        f"coordinates), or in a checkout run 'make setup' (needs Maven Central once).")
 
 
 def spark_connector_dir() -> Path:
     return cache_dir() / "spark-kafka" / "jars"
 
 
-def spark_connector_jars() -> list[str]:
-    """Absolute paths of the cached connector jars, for ``spark.jars`` / ``spark-submit --jars``."""
-    return _cached(spark_connector_dir(), "Spark's Kafka connector", "")
-
-
 def spark_s3a_dir() -> Path:
     return cache_dir() / "spark-s3a" / "jars"
 
 
+def spark_connector_jars() -> list[str]:
+    """Absolute paths of the connector jars, for ``spark.jars`` / ``spark-submit --jars``."""
+    if folder := _provided():
+        return _require(folder, CONNECTOR, "Spark's Kafka connector", "")
+    return _cached(spark_connector_dir(), "Spark's Kafka connector", "")
+
+
 def spark_s3a_jars() -> list[str]:
     """hadoop-aws and the AWS SDK bundle (about 700 MB): only for pipelines whose sink is on S3."""
-    return _cached(spark_s3a_dir(), "Hadoop's S3A connector (hadoop-aws)", ", and this pipeline's sink is on S3")
-
-
-def _cached(out: Path, what: str, why: str) -> list[str]:
-    if not (out / ".complete").exists():
-        raise ArtifactError(f"{what} is not cached in {out}{why}. Run 'make setup' (needs Maven Central once).")
-    return sorted(str(p) for p in out.glob("*.jar"))
+    why = ", and this pipeline's sink is on S3"
+    if folder := _provided():
+        _require(folder, S3A, "Hadoop's S3A connector (hadoop-aws)", why)
+        return []  # already among the folder's jars
+    return _cached(spark_s3a_dir(), "Hadoop's S3A connector (hadoop-aws)", why)
 
 
 def job_jars(sink_path: str) -> list[str]:
@@ -43,3 +59,30 @@ def job_jars(sink_path: str) -> list[str]:
     from offsetbatch import storage
 
     return spark_connector_jars() + (spark_s3a_jars() if storage.is_s3(sink_path) else [])
+
+
+def _provided() -> Path | None:
+    value = os.environ.get(ENV)
+    return Path(value) if value else None
+
+
+def _artifact(jar: Path) -> str:
+    """``spark-sql-kafka-0-10_2.13-4.2.0.jar`` -> ``spark-sql-kafka-0-10_2.13``: the name without its
+    trailing ``-<version>``."""
+    return re.sub(r"-\d[^-]*$", "", jar.stem)
+
+
+def _require(folder: Path, needed: tuple[str, ...], what: str, why: str) -> list[str]:
+    if not folder.is_dir():
+        raise ArtifactError(f"{ENV}={folder} is not a folder; it must hold {what}'s jars{why}. {_HOW}")
+    jars = sorted(folder.glob("*.jar"))
+    missing = sorted(set(needed) - {_artifact(j) for j in jars})
+    if missing:
+        raise ArtifactError(f"{ENV}={folder} has no jar of {', '.join(missing)} ({what}{why}). {_HOW}")
+    return [str(j) for j in jars]
+
+
+def _cached(out: Path, what: str, why: str) -> list[str]:
+    if not (out / ".complete").exists():
+        raise ArtifactError(f"{what} is not cached in {out}{why}. {_HOW}")
+    return sorted(str(p) for p in out.glob("*.jar"))

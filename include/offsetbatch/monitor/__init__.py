@@ -1,4 +1,4 @@
-"""The read side for operators: what the Airflow UI plugin (``plugins/offsetbatch_ui.py``) and its
+"""The read side for operators: what the Airflow UI plugin (``offsetbatch.monitor.plugin``) and its
 JSON API show. Everything comes from the ledger (through each pipeline's config) and from Kafka's
 log ends, never from Airflow's own database. The paged, indexed ledger reads behind the pages
 (keyset paging; one query per page, not one per batch) are ``offsetbatch.ledger.queries``.

@@ -397,6 +397,17 @@ def cmd_replay(args, out: Console) -> int:
     return EXIT_OK
 
 
+def cmd_pools(args, out: Console) -> int:
+    """Every installed pipeline's one-slot pool, as ``airflow pools import`` reads it: backfill runs
+    bypass ``max_active_runs``, the pool does not (docs/architecture.md, serialization)."""
+    found = installed.read(args.pipelines)
+    for problem in (*found.missing, *found.errors):
+        print(f"offsetbatch pools: no pool (and no DAG) until this is fixed: {problem}", file=sys.stderr)
+    _print_json(out, {c.pool: {"slots": 1, "description": f"offsetbatch pipeline {c.name}: one task at a time",
+                               "include_deferred": False} for c in found.configs.values()})
+    return EXIT_OK
+
+
 def cmd_doctor(args, out: Console) -> int:
     from offsetbatch.ops.doctor import run_checks
 
@@ -427,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "4 request refused (nothing changed)")
     parser.add_argument("--pipelines", default=None,
                         help=f"pipeline YAML files and folders of them, ':'-separated (default: ${installed.ENV}, else "
-                             f"{PIPELINES_DIR})")
+                             f"{PIPELINES_DIR or 'none when installed'})")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("status", help="frontier, log end and lag per partition; last batches")
@@ -464,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", help="kept in the audit log")
     p.add_argument("--trigger", action="store_true", help="run 'airflow dags trigger' instead of printing it")
     p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("pools", help="the pipelines' one-slot pools as JSON, for 'airflow pools import'")
+    p.set_defaults(func=cmd_pools)
     p = sub.add_parser("doctor", help="check Kafka, ledger, Spark connector and Airflow connections")
     p.set_defaults(func=cmd_doctor, pipeline=None)
     # The ledger lifecycle: the only CLI path that passes create=True to Ledger; every other command

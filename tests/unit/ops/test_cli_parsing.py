@@ -415,3 +415,15 @@ def test_json_stays_json_with_a_short_connection_password_in_a_fresh_process(pip
     assert res.returncode == cli.EXIT_OK, res.stderr[-3000:]
     assert [b["batch_id"] for b in json.loads(res.stdout)] == [3, 2, 1]
     assert res.stderr == ""
+
+
+def test_pools_prints_one_single_slot_pool_per_pipeline_and_names_a_broken_config(tmp_path, capsys):
+    """`offsetbatch pools` is what make setup, compose's airflow-init and users feed to
+    `airflow pools import`: JSON on stdout only, a config that does not load named on stderr."""
+    folder = _folder(tmp_path, f"sqlite:///{tmp_path}/l.db")
+    (folder / "broken.yaml").write_text("name: broken\nkafka: {topics: []}\n")
+    code, out, err = _run(capsys, "--pipelines", str(folder), "pools")
+    assert code == cli.EXIT_OK
+    assert json.loads(out) == {"offsetbatch_orders": {"slots": 1, "include_deferred": False,
+                                                      "description": "offsetbatch pipeline orders: one task at a time"}}
+    assert "no pool (and no DAG) until this is fixed" in err and "broken.yaml" in err

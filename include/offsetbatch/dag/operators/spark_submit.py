@@ -17,9 +17,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from offsetbatch.dag.operators.lineage import BatchLineage
 from offsetbatch.dag.spark_jars import job_jars
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch.paths import SPARK_APP
 
-JOB = str(PROJECT_ROOT / "jobs" / "offsetbatch_job.py")
+JOB = str(SPARK_APP)
 
 
 def openlineage_installed() -> bool:
@@ -51,7 +51,8 @@ class _ScrubbedSparkSubmitHook(SparkSubmitHook):
 
 
 class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
-    """Run ``jobs/offsetbatch_job.py`` (the entry of ``offsetbatch.job.run``) for the batches the upstream plan task returned.
+    """Run the packaged Spark application (``offsetbatch.paths.SPARK_APP``, the entry of
+    ``offsetbatch.job.run``) for the batches the upstream plan task returned.
 
     :param config_path: the pipeline's YAML file (the ledger is checked before submitting)
     :param plan_task_id: task whose XCom holds the plan (``needs_work`` and ``batches``, each with
@@ -84,7 +85,10 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
         self.remember_plan(context)
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         if not self.jars:
-            self.jars = ",".join(job_jars(pipeline.cfg.sink.path))
+            from offsetbatch.dag.retry_policy import fail_without_retry
+
+            with fail_without_retry():  # a jar missing now is missing on the next attempt too
+                self.jars = ",".join(job_jars(pipeline.cfg.sink.path))
         self.name = submission.name
         secrets_file = None
         try:

@@ -23,7 +23,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.bench import ledger_cost, report, throughput
 from offsetbatch_dev.bench.dataset import ensure_dataset
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker

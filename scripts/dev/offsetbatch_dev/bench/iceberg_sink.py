@@ -27,7 +27,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 
 STEPS = {"first": "first batch (table created)", "append": "second batch (appended)",
          "replay": "replay of the first (delete + add, one snapshot)"}

@@ -29,7 +29,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 
 PARTITIONS = 8
 

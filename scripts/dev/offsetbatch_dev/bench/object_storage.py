@@ -29,7 +29,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 
 CONN_ID = "s3_bench"
 GRID = [(10, 1000), (10, 20000), (100, 1000), (100, 20000), (1000, 1000)]  # (files, rows per file)

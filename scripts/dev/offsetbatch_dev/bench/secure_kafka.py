@@ -20,7 +20,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch.source.connection import from_settings
 from offsetbatch_dev.bench import report, throughput
 from offsetbatch_dev.bench.dataset import ensure_dataset

@@ -20,7 +20,7 @@ import psutil
 
 from offsetbatch.dag.spark_jars import spark_connector_jars
 from offsetbatch.jobspec import JobSpec, Manifest
-from offsetbatch.paths import PROJECT_ROOT
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch.sinks.files import TableLayout
 from offsetbatch.source.connection import SECRETS_ARG, KafkaClientConfig, remove_secrets_file, write_secrets_file
 from offsetbatch_dev.bench.dataset import Dataset

@@ -31,7 +31,9 @@ from rich.table import Table
 
 from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import batches, frontier, gaps, ranges
-from offsetbatch.paths import PROJECT_ROOT, local_dir
+from offsetbatch.paths import local_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.sample.producer import ensure_topic
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster

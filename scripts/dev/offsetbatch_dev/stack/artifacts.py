@@ -17,7 +17,9 @@ from pathlib import Path
 
 from offsetbatch.dag.spark_jars import spark_connector_dir, spark_s3a_dir
 from offsetbatch.errors import ArtifactError
-from offsetbatch.paths import PROJECT_ROOT, cache_dir
+from offsetbatch.paths import cache_dir
+
+from offsetbatch_dev import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
