@@ -133,8 +133,10 @@ case "${1:-}" in
   base) engine; base ;;
   build) engine; base; build ;;
   up) up ;;
-  down) secrets; compose down -v --remove-orphans ;;
-  compose) shift; secrets; compose "$@" ;;
+  down)  # nothing can be running without an engine; an installed but stopped one is started to clean up
+    if command -v dockerd >/dev/null 2>&1; then engine; secrets; compose down -v --remove-orphans
+    else say "no Docker Engine installed: nothing to remove"; fi ;;
+  compose) shift; engine; secrets; compose "$@" ;;
   secrets) secrets; echo "$STATE/secrets.env" ;;
   *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
