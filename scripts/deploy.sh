@@ -39,6 +39,8 @@ compose() {
 }
 
 engine() {
+  # An engine that answers (any install: Docker Desktop, a remote DOCKER_HOST) is used as it is.
+  if docker info >/dev/null 2>&1 && compose version >/dev/null 2>&1; then return; fi
   if ! command -v dockerd >/dev/null 2>&1 || ! { docker compose version || command -v docker-compose; } >/dev/null 2>&1; then
     say "installing Debian's docker.io and docker-compose"
     as_root apt-get update -q
@@ -134,7 +136,7 @@ case "${1:-}" in
   build) engine; base; build ;;
   up) up ;;
   down)  # nothing can be running without an engine; an installed but stopped one is started to clean up
-    if command -v dockerd >/dev/null 2>&1; then engine; secrets; compose down -v --remove-orphans
+    if docker info >/dev/null 2>&1 || command -v dockerd >/dev/null 2>&1; then engine; secrets; compose down -v --remove-orphans
     else say "no Docker Engine installed: nothing to remove"; fi ;;
   compose) shift; engine; secrets; compose "$@" ;;
   secrets) secrets; echo "$STATE/secrets.env" ;;

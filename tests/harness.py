@@ -175,7 +175,67 @@ class Pipeline:
         return json.dumps([(b.batch_id, b.status, b.describe_ranges()) for b in self.ledger.list_batches(self.name, 50)])
 
 
-class AirflowServices:
+class AirflowRest:
+    """A client of Airflow's REST API as user ``user``: one JWT from ``POST /auth/token``, reused
+    (tokens live a day by default). Shared by the suite's own Airflow (``AirflowServices``) and the
+    container stack's (tests/deploy)."""
+
+    def __init__(self, url: str, user: str, password: str):
+        self.url, self.user, self.password = url, user, password
+        self._token: str | None = None
+
+    def token(self) -> str:
+        import urllib.request
+
+        if self._token is None:
+            req = urllib.request.Request(f"{self.url}/auth/token", method="POST",
+                                         data=json.dumps({"username": self.user, "password": self.password}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                self._token = json.loads(resp.read())["access_token"]
+        return self._token
+
+    def rest(self, method: str, path: str, body: dict | None = None, token: str | None = None) -> tuple[int, object]:
+        """``(status, body)``: JSON decoded when the response says it is JSON, else text (the UI
+        plugin's pages). ``token`` overrides the client's own (a bad one, to test refusals)."""
+        import urllib.error
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.url}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {token or self.token()}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                status, raw, kind = resp.status, resp.read(), resp.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as err:
+            status, raw, kind = err.code, err.read(), err.headers.get("Content-Type", "")
+        return status, (json.loads(raw or b"{}") if "json" in kind else raw.decode(errors="replace"))
+
+    def runs(self, dag_id: str) -> list[dict]:
+        """The DAG's runs from the REST API (run type and data interval included; ``run_id`` as an
+        alias of ``dag_run_id``). Polling through the API, not ``airflow dags list-runs``, spares a
+        CLI start-up (seconds of CPU on 2 cores) per poll."""
+        status, body = self.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
+        if status == 404:
+            return []
+        assert status == 200, body
+        return [{**r, "run_id": r["dag_run_id"]} for r in body["dag_runs"]]
+
+    def wait_for_runs(self, dag_id: str, count: int, timeout_s: float = 600) -> list[dict]:
+        """Wait until ``count`` runs exist and none is queued or running; returns them."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            runs = self.runs(dag_id)
+            if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
+                return runs
+            time.sleep(2)  # poll interval
+        raise TimeoutError(f"runs of {dag_id} not finished after {timeout_s}s: {self.runs(dag_id)}")
+
+
+class AirflowServices(AirflowRest):
     """``airflow api-server`` (+ ``airflow scheduler``) as subprocesses (logs in ``root``), with
     Airflow's simple auth manager and one admin user for REST calls; ``auth=False`` is the simple
     auth manager's all-admins mode (no login)."""
@@ -187,7 +247,7 @@ class AirflowServices:
         import secrets
 
         self.root, self.port = root, port
-        self.url = f"http://127.0.0.1:{port}"
+        super().__init__(f"http://127.0.0.1:{port}", self.USER, self.PASSWORD)
         root.mkdir(parents=True, exist_ok=True)
         (root / "passwords.json").write_text(json.dumps({self.USER: self.PASSWORD}))
         self.env = {**env,
@@ -250,63 +310,11 @@ class AirflowServices:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
-    def token(self) -> str:
-        """A JWT from ``POST /auth/token`` (user/password login)."""
-        import urllib.request
-
-        req = urllib.request.Request(f"{self.url}/auth/token", method="POST",
-                                     data=json.dumps({"username": self.USER, "password": self.PASSWORD}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())["access_token"]
-
-    def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        """A call to Airflow's REST API with a token from ``/auth/token`` (user/password login)."""
-        import urllib.error
-        import urllib.request
-
-        def call(url: str, payload: dict | None, token: str | None = None) -> tuple[int, dict]:
-            req = urllib.request.Request(url, method=method if token else "POST",
-                                         data=json.dumps(payload).encode() if payload is not None else None,
-                                         headers={"Content-Type": "application/json",
-                                                  **({"Authorization": f"Bearer {token}"} if token else {})})
-            try:
-                with urllib.request.urlopen(req, timeout=60) as resp:
-                    return resp.status, json.loads(resp.read() or b"{}")
-            except urllib.error.HTTPError as err:
-                return err.code, json.loads(err.read() or b"{}")
-
-        status, token = call(f"{self.url}/auth/token", {"username": self.USER, "password": self.PASSWORD})
-        assert status in (200, 201), token
-        return call(f"{self.url}{path}", body, token["access_token"])
-
     def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(["airflow", *args], env=self.env, capture_output=True, text=True, timeout=300)
         if check:
             assert proc.returncode == 0, f"airflow {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         return proc
-
-    def runs(self, dag_id: str) -> list[dict]:
-        """The DAG's runs from the REST API (run type and data interval included; ``run_id`` as an
-        alias of ``dag_run_id``). Polling through the API, not ``airflow dags list-runs``, spares a
-        CLI start-up (seconds of CPU on 2 cores) per poll."""
-        status, body = self.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")
-        if status == 404:
-            return []
-        assert status == 200, body
-        return [{**r, "run_id": r["dag_run_id"]} for r in body["dag_runs"]]
-
-    def wait_for_runs(self, dag_id: str, count: int, timeout_s: float = 600) -> list[dict]:
-        """Wait until ``count`` runs exist and none is queued or running; returns them."""
-        import time
-
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            runs = self.runs(dag_id)
-            if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
-                return runs
-            time.sleep(2)  # poll interval
-        raise TimeoutError(f"runs of {dag_id} not finished after {timeout_s}s: {self.runs(dag_id)}")
 
 
 def cluster_pipeline(make_pipeline, spark, kafka=None, suffix: str = "_c") -> Pipeline:

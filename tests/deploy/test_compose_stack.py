@@ -19,12 +19,12 @@ goes to tests/artifacts/deploy-timeline.json.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -32,6 +32,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 
+from harness import AirflowRest
 from offsetbatch_dev import PROJECT_ROOT
 
 pytestmark = pytest.mark.deploy
@@ -98,6 +99,11 @@ class Stack:
     def secret(self, name: str) -> str:
         return dict(line.split("=", 1) for line in (self.state / "secrets.env").read_text().split())[name]
 
+    @functools.cached_property
+    def api(self) -> AirflowRest:
+        """Airflow's REST API as admin, with the password deploy.sh generated."""
+        return AirflowRest(self.url, "admin", self.secret("AIRFLOW_ADMIN_PASSWORD"))
+
     def containers(self) -> dict[str, tuple[str, str]]:
         """service -> (container id, status) of the project's containers, stopped ones too."""
         out = docker("ps", "-a", "--filter", f"label=com.docker.compose.project={PROJECT}",
@@ -107,24 +113,6 @@ class Stack:
     def container(self, service: str) -> str:
         return self.containers()[service][0]
 
-    def token(self) -> str:
-        body = json.dumps({"username": "admin", "password": self.secret("AIRFLOW_ADMIN_PASSWORD")}).encode()
-        req = urllib.request.Request(f"{self.url}/auth/token", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())["access_token"]
-
-    def rest(self, method: str, path: str, body: dict | None = None, token: str | None = None) -> tuple[int, object]:
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token or self.token()}"}
-        req = urllib.request.Request(f"{self.url}{path}", method=method, headers=headers,
-                                     data=json.dumps(body).encode() if body is not None else None)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                raw = resp.read()
-                return resp.status, json.loads(raw) if "json" in resp.headers.get("Content-Type", "") else raw.decode()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read().decode(errors="replace")
-
     def produce(self, first: int, count: int) -> None:
         res = subprocess.run(["docker", "exec", "-i", self.container("airflow-scheduler"), "python", "-",
                               TOPIC, str(first), str(count)], input=PRODUCER, capture_output=True, text=True,
@@ -132,17 +120,13 @@ class Stack:
         assert res.returncode == 0, f"producing {count} records failed:\n{res.stdout[-2000:]}{res.stderr[-3000:]}"
 
     def trigger(self, run_id: str) -> None:
-        status, body = self.rest("POST", f"/api/v2/dags/{DAG}/dagRuns", {"dag_run_id": run_id, "logical_date": None})
+        status, body = self.api.rest("POST", f"/api/v2/dags/{DAG}/dagRuns", {"dag_run_id": run_id, "logical_date": None})
         assert status == 200, f"triggering {run_id}: {status} {body}"
 
     def run_state(self, run_id: str) -> str:
-        status, body = self.rest("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}")
+        status, body = self.api.rest("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}")
         assert status == 200, body
         return body["state"]
-
-    def task_state(self, run_id: str, task_id: str) -> str | None:
-        status, body = self.rest("GET", f"/api/v2/dags/{DAG}/dagRuns/{run_id}/taskInstances/{task_id}")
-        return body["state"] if status == 200 else None
 
     def wait(self, what: str, ready, timeout: float = 900, every: float = 2.0):
         deadline = time.monotonic() + timeout
@@ -158,13 +142,6 @@ class Stack:
                           lambda: (s := self.run_state(run_id)) in ("success", "failed") and s)
         self.mark(f"run {run_id} {state}")
         return state
-
-    def wait_for_all_runs(self) -> list[dict]:
-        def finished():
-            status, body = self.rest("GET", f"/api/v2/dags/{DAG}/dagRuns?limit=100")
-            runs = body["dag_runs"]
-            return runs if runs and all(r["state"] in ("success", "failed") for r in runs) else None
-        return self.wait("every run of the DAG finishing", finished)
 
     def output_ids(self, into: Path) -> list[str]:
         """The table's event ids, copied out of the shared volume and read with pyarrow (Hive
@@ -243,11 +220,11 @@ def stack(tmp_path_factory):
 
 def test_the_sample_pipeline_lands_every_record_once_through_a_broker_and_worker_kill(stack, tmp_path):
     stack.produce(0, 20_000)
-    status, body = stack.rest("PATCH", f"/api/v2/dags/{DAG}?update_mask=is_paused", {"is_paused": False})
+    status, body = stack.api.rest("PATCH", f"/api/v2/dags/{DAG}?update_mask=is_paused", {"is_paused": False})
     assert status == 200, body
     stack.trigger("deploy-1")
     assert stack.wait_for_run("deploy-1") == "success", stack.diagnostics()
-    stack.wait_for_all_runs()  # unpausing also queued the latest hourly interval
+    stack.api.wait_for_runs(DAG, 1)  # unpausing also queued the latest hourly interval
     ids = stack.output_ids(tmp_path / "t1")
     produced = {f"e-{i:08d}" for i in range(20_000)}
     assert len(ids) == len(produced) and set(ids) == produced, "first run: every record exactly once"
@@ -271,7 +248,7 @@ def test_the_sample_pipeline_lands_every_record_once_through_a_broker_and_worker
     stack.produce(320_000, 5_000)
     stack.trigger("deploy-3")
     assert stack.wait_for_run("deploy-3") == "success", stack.diagnostics()
-    runs = stack.wait_for_all_runs()
+    runs = stack.api.wait_for_runs(DAG, 3)
     ids = stack.output_ids(tmp_path / "t2")
     counts = Counter(ids)
     produced = {f"e-{i:08d}" for i in range(325_000)}
@@ -284,16 +261,15 @@ def test_the_sample_pipeline_lands_every_record_once_through_a_broker_and_worker
 
 
 def test_the_ui_plugin_pages_open_through_the_api_server(stack):
-    token = stack.token()
-    status, pipelines = stack.rest("GET", "/offsetbatch/api/pipelines", token=token)
+    status, pipelines = stack.api.rest("GET", "/offsetbatch/api/pipelines")
     assert status == 200, pipelines
     names = {p["name"] for p in pipelines["pipelines"]}
     assert {"sample_events", "sample_events_postgres", "sample_events_iceberg"} <= names, names
     for page in ("/offsetbatch/", f"/offsetbatch/dags/{DAG}"):
-        status, html = stack.rest("GET", page, token=token)
+        status, html = stack.api.rest("GET", page)
         assert status == 200 and "sample_events" in html, (page, status, html[:500])
-    assert stack.rest("GET", "/offsetbatch/api/pipelines", token="not-a-jwt")[0] == 403, "the pages need a login"
-    status, plugins = stack.rest("GET", "/api/v2/plugins", token=token)
+    assert stack.api.rest("GET", "/offsetbatch/api/pipelines", token="not-a-jwt")[0] == 403, "the pages need a login"
+    status, plugins = stack.api.rest("GET", "/api/v2/plugins")
     assert status == 200 and "offsetbatch" in {p["name"] for p in plugins["plugins"]}, plugins
 
 
