@@ -8,13 +8,18 @@ the CLI maps the families below to its exit codes.
     ├── ConfigError              a pipeline config is invalid (file and field named)
     │   ├── TransformAnalysisError  the transform does not analyze against the records' columns
     │   ├── KafkaConnectionError    the Kafka connection's settings are wrong (a key named)
-    │   └── KafkaAuthError          the broker refused this client (credentials, TLS, ACLs)
+    │   ├── KafkaAuthError          the broker refused this client (credentials, TLS, ACLs)
+    │   ├── SchemaRegistryConnectionError  the schema registry connection's settings are wrong
+    │   └── SchemaRegistryAuthError the registry refused this client (credentials, TLS verification)
     ├── PipelineError            a run was refused before anything changed
     │   ├── RunRequestError      a trigger parameter is malformed or names unknown things
     │   ├── BackfillRefusedError a backfill/replay reaches offsets scheduled runs have not read
     │   ├── DataLossError        retention deleted offsets the pipeline still had to read
     │   ├── PartitionVanishedError / TopicNotFoundError
-    │   └── RebuildRefusedError  a table's manifests cannot become a consistent ledger
+    │   ├── RebuildRefusedError  a table's manifests cannot become a consistent ledger
+    │   ├── SchemaRegistryRefusedError  the registry answered a read with a 4xx (no retry helps)
+    │   │   └── SchemaNotFoundError     no such schema id, GUID, subject or version there
+    │   └── SchemaWireFormatError   a record's bytes are not in Confluent's wire format
     ├── CommitError              the commit refused a batch's output
     │   ├── ManifestError        the job's manifest does not reconcile with the plan
     │   └── BatchStateError      the batch is not in a state that can be committed
@@ -23,6 +28,7 @@ the CLI maps the families below to its exit codes.
     │   └── SinkTargetError      the sink's target does not exist (an output topic; no retry helps)
     ├── OffsetOutOfPlanError     Spark returned a record outside the planned ranges (never committed)
     ├── KafkaUnreachableError    no broker answered (a retry may help)
+    ├── SchemaRegistryUnavailableError  the schema registry did not answer, or failed (5xx): a retry may help
     ├── LedgerError              (offsetbatch.ledger) lock timeouts, stale commits, bad ledgers
     └── ArtifactError            a cached Java artifact (connector jars) is missing
 """
@@ -121,3 +127,32 @@ class StorageConnectionError(ConfigError):
 
 class StorageUnreachableError(OffsetbatchError):
     """The object store's endpoint did not answer: a retry may succeed once it is back."""
+
+
+class SchemaRegistryConnectionError(ConfigError):
+    """The schema registry connection's settings are wrong or incomplete (a key named): no retry fixes that."""
+
+
+class SchemaRegistryAuthError(ConfigError):
+    """The schema registry refused this client (HTTP 401/403), or its TLS certificate was not
+    verified: the connection's credentials or CA must change, so no retry fixes that."""
+
+
+class SchemaRegistryRefusedError(PipelineError):
+    """The schema registry answered a read with a 4xx other than 401/403 (an invalid version): the
+    same request gets the same answer, so no retry helps."""
+
+
+class SchemaNotFoundError(SchemaRegistryRefusedError):
+    """The schema registry has no such schema id, GUID, subject or version (HTTP 404): a record names
+    a schema another registry assigned, or the config names a subject that is not there."""
+
+
+class SchemaWireFormatError(PipelineError, ValueError):
+    """A record's key or value is not in Confluent's wire format (wrong magic byte, too short, a bad
+    schema id header): the bytes will not change, so no retry helps."""
+
+
+class SchemaRegistryUnavailableError(OffsetbatchError):
+    """The schema registry did not answer (refused, timed out) or failed (HTTP 5xx, 408, 429): a retry
+    may succeed once it is back."""

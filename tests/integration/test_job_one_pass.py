@@ -14,6 +14,7 @@ from kafka.admin import NewTopic
 from offsetbatch.job import stats as job_stats
 from offsetbatch.jobspec import JobSpec
 from offsetbatch.sinks import sink_for
+from offsetbatch.sinks.base import RejectedRows
 
 pytestmark = pytest.mark.integration
 SCHEMA = "event_id STRING, kind STRING, n INT"
@@ -125,7 +126,7 @@ def test_the_files_sink_writes_timestamps_every_reader_reads(spark, tmp_path):
     sink = FilesSink.at(str(tmp_path / "table"), "ts")
     data = spark.createDataFrame([("late", "9999-12-31 23:59:59.123456"), ("early", "1900-01-01 00:00:00")],
                                  "id STRING, t STRING").select("id", F.to_timestamp("t").alias("event_time"))
-    staged = sink.stage(spark, data, lambda: spark.createDataFrame([], "raw_value BINARY"), 1, "a1")
+    staged = sink.stage(spark, data, RejectedRows(lambda: spark.createDataFrame([], "raw_value BINARY")), 1, "a1")
     got = {r["id"]: r["event_time"] for r in _rows(staged.data_files)}
     local = ZoneInfo(spark.conf.get("spark.sql.session.timeZone"))  # to_timestamp reads the text in it
     expected = {"late": datetime(9999, 12, 31, 23, 59, 59, 123456, tzinfo=local),
@@ -133,3 +134,57 @@ def test_the_files_sink_writes_timestamps_every_reader_reads(spark, tmp_path):
     assert {k: v.astimezone(timezone.utc) for k, v in got.items()} == {
         k: v.astimezone(timezone.utc) for k, v in expected.items()}
     assert pq.ParquetFile(staged.data_files[0]).schema_arrow.field("event_time").type.unit == "us"
+
+
+def test_a_batch_without_rejected_records_gets_the_empty_file_spark_would_write(spark, tmp_path):
+    """A batch that rejected nothing (the usual case) has its empty rejected file written without a
+    Spark job; its schema is exactly that of the file Spark writes for the same empty frame."""
+    from offsetbatch.job.stats import REJECTED_DDL
+    from offsetbatch.sinks import FilesSink
+
+    data = spark.createDataFrame([("a",)], "id STRING")
+    empty = RejectedRows(lambda: spark.createDataFrame([], REJECTED_DDL))
+    by_spark = FilesSink.at(str(tmp_path / "spark"), "r").stage(spark, data, empty, 1, "a1")
+    known = RejectedRows(lambda: spark.createDataFrame([], REJECTED_DDL), known_empty=lambda: True)
+    direct = FilesSink.at(str(tmp_path / "direct"), "r").stage(spark, data, known, 1, "a1")
+
+    [spark_file], [direct_file] = by_spark.rejected_files, direct.rejected_files
+    assert pq.ParquetFile(direct_file).metadata.num_rows == 0
+    assert pq.read_schema(direct_file).remove_metadata() == pq.read_schema(spark_file).remove_metadata()
+    assert spark.read.parquet(direct_file).schema == spark.read.parquet(spark_file).schema
+
+
+@pytest.mark.parametrize("sql, headers_read", [
+    ("SELECT event_id, kafka_headers FROM records", True),
+    ("SELECT * FROM records", True),
+    ("SELECT event_id, kafka_offset FROM records", False),
+])
+def test_headers_are_read_exactly_when_the_output_can_hold_them(kafka_broker, spark, tmp_path, sql, headers_read):
+    """The job asks Spark's Kafka source for the headers only when the transform's output can
+    contain them; when it does, every record's headers land in the output as produced."""
+    from dataclasses import replace
+
+    name = "one-pass-headers"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    if name not in admin.list_topics():
+        admin.create_topics([NewTopic(name, 1, 1)])
+        producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
+        for i in range(10):
+            producer.send(name, partition=0, value=json.dumps({"event_id": f"h{i}", "kind": "k", "n": i}).encode(),
+                          headers=[("trace", f"t{i}".encode()), ("n", bytes([i]))])
+        producer.flush()
+        producer.close()
+    admin.close()
+    spec = replace(_spec(kafka_broker.bootstrap, name, str(tmp_path / "table")), transform_sql=sql,
+                   ranges=[{"topic": name, "partition": 0, "from_offset": 0, "until_offset": 10, "frontier_before": 0}])
+    from offsetbatch.job.read import reads_headers
+
+    assert reads_headers(spec) is headers_read
+    manifest = _job().run(spark, spec, "a1")
+    rows = {r["event_id"]: r for r in _rows(manifest.data_files)}
+    assert len(rows) == 10
+    if "kafka_headers" in sql or "*" in sql:
+        assert {k: [(h["key"], h["value"]) for h in r["kafka_headers"]] for k, r in rows.items()} == {
+            f"h{i}": [("trace", f"t{i}".encode()), ("n", bytes([i]))] for i in range(10)}
+    else:
+        assert "kafka_headers" not in next(iter(rows.values()))

@@ -6,7 +6,7 @@ parse, naming the file and the field, instead of after a batch was planned and S
 Kafka. Each function is pure apart from importing a Python transform, and raises ``ValueError``
 with a message saying what is wrong and what to write instead; ``config`` adds the file and the
 field. The Spark job still analyzes the transform against the real columns before it reads
-anything (``job.transform.analyze_transform``), which catches what a parser cannot (unknown columns).
+anything (``job.transform.analyzed_transform``), which catches what a parser cannot (unknown columns).
 """
 
 from __future__ import annotations

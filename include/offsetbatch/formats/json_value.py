@@ -64,20 +64,25 @@ class JsonFormat(ValueFormat):
         text = F.col("value").cast("string")
         parsed = F.from_json(text, f"{spec.schema_ddl}, {CORRUPT} STRING",
                              {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
-        df = records.withColumn("_text", text).withColumn("_parsed", parsed)
+        # from_json has no generated code, so Spark evaluates it in a projection of its own whose
+        # output rows are copied: that projection keeps the UTF-8 verdict (a boolean), not the text.
+        df = records.withColumn("_valid_utf8", F.is_valid_utf8(text)).withColumn("_parsed", parsed)
         fields = [f for f in df.schema["_parsed"].dataType.fieldNames() if f != CORRUPT]
-        missing = (F.concat_ws(", ", *[F.when(F.col(f"_parsed.{f}").isNull(), F.lit(f)) for f in spec.required])
-                   if spec.required else F.lit(""))
+        missing = F.concat_ws(", ", *[F.when(F.col(f"_parsed.{f}").isNull(), F.lit(f)) for f in spec.required])
+        any_missing = F.lit(False)
+        for f in spec.required:
+            any_missing = any_missing | F.col(f"_parsed.{f}").isNull()
         # Conditions run in order and stop at the first true one: a good record costs one UTF-8
-        # validity scan and the one parse above; only records the parser flagged are looked at again
-        # (to tell malformed JSON from a schema mismatch). Casting binary to string keeps invalid
-        # bytes as they are (no U+FFFD), so validity is checked on the bytes' string, not by a marker.
+        # validity scan, the one parse above and a null test per required field; only records the
+        # parser flagged are looked at again (to tell malformed JSON from a schema mismatch).
+        # Casting binary to string keeps invalid bytes as they are (no U+FFFD), so validity is
+        # checked on the bytes' string, not by a marker.
         error = (
             F.when(F.col("value").isNull(), F.lit("null value"))
-            .when(~F.is_valid_utf8(F.col("_text")), F.lit("value is not valid UTF-8"))
+            .when(~F.col("_valid_utf8"), F.lit("value is not valid UTF-8"))
             .when(F.col(f"_parsed.{CORRUPT}").isNotNull(),
-                  F.when(F.get_json_object(F.col("_text"), "$").isNull(), F.lit("malformed JSON"))
+                  F.when(F.get_json_object(text, "$").isNull(), F.lit("malformed JSON"))
                   .otherwise(F.lit("schema mismatch: value does not fit the declared schema")))
-            .when(missing != "", F.concat(F.lit("missing required field(s): "), missing))
+            .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
         )
         return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR))

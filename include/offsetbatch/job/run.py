@@ -32,16 +32,22 @@ from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.job import stats as job_stats
 from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
 from offsetbatch.job.session import is_remote_session
-from offsetbatch.job.transform import analyze_transform, transform
+from offsetbatch.job.transform import analyzed_transform, parse_records
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.sinks import sink_for
-from offsetbatch.sinks.base import Sink, StagedOutput
+from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.staging import StagingLayout
 from offsetbatch.source.connection import SECRETS_ARG, read_secrets_file
 
 log = logging.getLogger("offsetbatch.job")
 
 MAX_RESULT_SIZE = "256m"
+# Spark SQL settings the job ships; a pipeline's own spark.conf overrides them. A partitioned write
+# keeps up to 16 Parquet writers open per task instead of sorting every row by its partition values
+# first (Spark plans no sort then: V1WritesUtils.getSortOrder); a task that meets more values sorts
+# the rest, as Spark always did. Parquet's memory manager shrinks row groups if the open writers
+# would not fit the heap.
+SQL_DEFAULTS = {"spark.sql.maxConcurrentOutputFileWriters": "16"}
 # On S3A, Spark's default commit renames every task's files (a copy of each object on S3): the
 # "magic" committer uploads each file once, to its final name, and completes the uploads at job
 # commit (spark-hadoop-cloud's binding; the jars come with the S3A ones, dag.spark_jars).
@@ -81,27 +87,30 @@ def _write_batch(spark: SparkSession, spec: JobSpec, sink: Sink, attempt: str, s
                  collect_rejected: bool) -> tuple[StagedOutput, dict]:
     """One read of the ranges, parsed once: the data write is the only action over Kafka; the
     batch's statistics and (``collect_rejected``) its rejected records are observed on the way.
-    Without ``collect_rejected`` the rejected records are read and parsed a second time."""
-    fmt = FORMATS[spec.value_format]
+    Without ``collect_rejected`` the rejected records are read and parsed a second time. The plan
+    is analyzed (schema, transform) before the write starts, so a config error reads nothing."""
+    keeps_value = FORMATS[spec.value_format].keeps_value
 
     def parsed_records() -> DataFrame:
-        return fmt.parse(with_metadata(read_ranges(spark, spec, secrets)), spec)
+        return parse_records(with_metadata(read_ranges(spark, spec, secrets)), spec)
 
-    observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected)
-    good = observed.where(F.col(ERROR).isNull()).drop(ERROR)
-    if not fmt.keeps_value:
-        good = good.drop("value")
-    out = transform(spark, good, spec)
+    observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected, keeps_value)
+    good = observed.where(F.col(ERROR).isNull()).drop(ERROR, *job_stats.WORK_COLUMNS)  # no value if not keeps_value
+    out = analyzed_transform(spark, good, spec)
+    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
+             attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
+             f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
     if is_remote_session(spark):
         out = job_stats.linked(out, observation)
 
-    def rejected() -> DataFrame:  # called by the sink after the data write
+    def rejected_frame() -> DataFrame:  # called by the sink after the data write
         if collect_rejected:
             return job_stats.rejected_frame(spark, job_stats.observed(observation, spec))
         return parsed_records().where(F.col(ERROR).isNotNull()).select(
             *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"))
         # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
 
+    rejected = RejectedRows(rejected_frame, lambda: job_stats.observed(observation, spec)["rejected"] == 0)
     if faults.active("job.kill_during_write"):
         _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt), not is_remote_session(spark))
     staged = sink.stage(spark, out, rejected, spec.batch_id, attempt, output_id=spec.output_id)
@@ -120,10 +129,6 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
     manifest_uri = sink.staging.staging_manifest(spec.batch_id, attempt)
     # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
     storage.remove(manifest_uri)
-    analyze_transform(spark, spec)
-    log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
-             attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
-             f" (replaces the output of batch {spec.output_id})" if spec.output_id != spec.batch_id else "")
     try:
         staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=True)
     except Exception as exc:
@@ -163,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     specs = [JobSpec.load(uri) for uri in args.spec]
     ids = "-".join(str(s.batch_id) for s in specs)
     builder = SparkSession.builder.appName(f"offsetbatch-{specs[0].pipeline}-batch-{ids}-{args.attempt}")
-    if not SparkConf().contains("spark.driver.maxResultSize"):
-        # The observed rejected records come back with the tasks' results: a mostly-bad batch hits
-        # this bound (and is written in two reads, see run) long before it could exhaust the driver.
-        builder = builder.config("spark.driver.maxResultSize", MAX_RESULT_SIZE)
+    # The observed rejected records come back with the tasks' results: a mostly-bad batch hits
+    # maxResultSize (and is written in two reads, see run) long before it could exhaust the driver.
+    for key, value in {"spark.driver.maxResultSize": MAX_RESULT_SIZE, **SQL_DEFAULTS}.items():
+        if not SparkConf().contains(key):  # what spark-submit got (the pipeline's spark.conf) wins
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     try:

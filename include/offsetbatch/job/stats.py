@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 BINS = 100_000_000  # histogram bins kept before any merge: never reached (a bin per range per Spark task)
+# Columns observe_batch adds in place of ``value`` for a format that drops it from good rows.
+WORK_COLUMNS = ("_value_bytes", "_rejected_value")
 REJECTED_DDL = ("kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, "
                 "kafka_key BINARY, raw_value BINARY, error STRING")
 
@@ -76,9 +78,15 @@ class PlanKeys:
         return key.isNull() | starts.isNull() | (offset < starts) | (offset >= ends)
 
 
-def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = True) -> tuple["DataFrame", "Observation"]:
+def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = True,
+                  keeps_value: bool = True) -> tuple["DataFrame", "Observation"]:
     """``parsed`` with the batch's metrics attached: they are filled by whatever action runs on it
-    (the data write). ``collect_rejected``: also bring the rejected records to the driver."""
+    (the data write). ``collect_rejected``: also bring the rejected records to the driver.
+
+    Spark copies every row into the observation's input, with every column the frame has (it prunes
+    no column through the observation). So for a format whose good rows drop ``value``
+    (``keeps_value`` False) the frame carries, instead of the value, its length and, for rejected
+    records only, the value itself (``WORK_COLUMNS``; the caller drops them after the observation)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -86,11 +94,17 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
     key = keys.key_column()
     outside = keys.outside_column(key)
     rejected = F.col(ERROR).isNotNull()
+    if keeps_value:
+        frame, value_bytes, raw_value = parsed, F.length("value"), F.col("value")
+    else:
+        value_bytes, raw_value = (F.col(c) for c in WORK_COLUMNS)
+        frame = parsed.select(*[c for c in parsed.columns if c != "value"], F.length("value").alias(WORK_COLUMNS[0]),
+                              F.when(rejected, F.col("value")).alias(WORK_COLUMNS[1]))
     fkey = key.cast("double")
     metrics = [
         F.count(F.lit(1)).alias("rows"),
         F.count_if(rejected).alias("rejected"),
-        F.sum(F.coalesce(F.length("value"), F.lit(0))).alias("bytes"),
+        F.sum(F.coalesce(value_bytes, F.lit(0))).alias("bytes"),
         F.histogram_numeric(fkey, F.lit(BINS)).alias("rows_by_key"),
         F.histogram_numeric(F.when(rejected, fkey), F.lit(BINS)).alias("rejected_by_key"),
         F.count_if(outside).alias("outside"),
@@ -99,9 +113,9 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
     if collect_rejected:
         metrics.append(F.collect_list(F.when(rejected, F.struct(
             "kafka_topic", "kafka_partition", "kafka_offset", F.unix_micros("kafka_timestamp").alias("ts_micros"),
-            "kafka_key", F.col("value").alias("raw_value"), F.col(ERROR).alias("error")))).alias("rejected_rows"))
+            "kafka_key", raw_value.alias("raw_value"), F.col(ERROR).alias("error")))).alias("rejected_rows"))
     observation = Observation(f"offsetbatch-{spec.pipeline}-{spec.batch_id}")
-    return parsed.observe(observation, *metrics), observation
+    return frame.observe(observation, *metrics), observation
 
 
 def linked(out: "DataFrame", observation: "Observation") -> "DataFrame":

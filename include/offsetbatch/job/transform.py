@@ -1,5 +1,5 @@
-"""The pipeline's transform (SQL over the view ``records``, or a Python function), and its analysis
-against an empty frame of the records' real columns before any Kafka read."""
+"""The pipeline's transform (SQL over the view ``records``, or a Python function), and the
+analysis of the batch's plan (value schema, then transform) before any Kafka read."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import importlib
 import logging
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from offsetbatch.errors import TransformAnalysisError
-from offsetbatch.formats import ERROR, FORMATS
-from offsetbatch.job.read import KAFKA_SOURCE_DDL, with_metadata
+from offsetbatch.formats import FORMATS
 from offsetbatch.job.session import is_remote_session
 from offsetbatch.jobspec import JobSpec
 
@@ -41,46 +39,47 @@ def _connect_sql(spark: SparkSession, sql: str, records: DataFrame) -> DataFrame
     return ConnectDataFrame(SQL(sql, views=[SubqueryAlias(records._plan, "records")]), spark)
 
 
-def empty_records(spark: SparkSession, spec: JobSpec) -> DataFrame:
-    """The records the transform sees, without rows: an empty frame of the Kafka source's columns
-    through the same metadata and format code as real records (META, ``value`` if the format keeps
-    it, the fields of ``spec.schema_ddl``), so the analysis sees exactly the real columns."""
-    fmt = FORMATS[spec.value_format]
-    parsed = fmt.parse(with_metadata(spark.createDataFrame([], KAFKA_SOURCE_DDL)), spec)
-    good = parsed.where(F.col(ERROR).isNull()).drop(ERROR)
-    return good if fmt.keeps_value else good.drop("value")
-
-
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0].rstrip(';') if text else ''}"
 
 
-def analyze_transform(spark: SparkSession, spec: JobSpec) -> None:
-    """Run the transform on ``empty_records`` and force Spark's analysis, so a wrong column or
-    function name (which config validation cannot see) fails in seconds, before Kafka is read,
-    naming the pipeline, the batch and the transform, instead of after reading every range."""
-    fix = ("Nothing was read from Kafka. Fix {field} in the pipeline's config: the batch stays planned and the "
-           "next run executes it unchanged.")
+FIX = ("Nothing was read from Kafka. Fix {field} in the pipeline's config: the batch stays planned and the next run "
+       "executes it unchanged.")
+
+
+def parse_records(records: DataFrame, spec: JobSpec) -> DataFrame:
+    """``records`` parsed with the pipeline's value format; a ``value.schema`` Spark cannot read
+    fails here, at analysis, before any Kafka read (Spark reads Kafka only when an action runs)."""
     try:
-        records = empty_records(spark, spec)
+        parsed = FORMATS[spec.value_format].parse(records, spec)
+        parsed.schema  # noqa: B018 - forces analysis
+        return parsed
     except Exception as exc:  # noqa: BLE001 - whatever Spark says about the schema, the user needs it
         raise TransformAnalysisError(
             f"pipeline {spec.pipeline} batch {spec.batch_id}: value.schema {spec.schema_ddl!r} is not a Spark "
-            f"schema: {_first_line(exc)}. {fix.format(field='value.schema')}") from exc
+            f"schema: {_first_line(exc)}. {FIX.format(field='value.schema')}") from exc
+
+
+def analyzed_transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
+    """The transform over the batch's good records, analyzed at once: a wrong column or function
+    name (which config validation cannot see) fails in seconds, before Kafka is read, naming the
+    pipeline, the batch and the transform. It is the batch's own plan that is analyzed (Spark reads
+    Kafka only when the write runs), so no second plan is built for the check."""
     if spec.transform_python:
         field, what = "transform.python", f"transform.python {spec.transform_python!r}"
     else:
         field, what = "transform.sql", f"transform.sql {' '.join((spec.transform_sql or '').split())!r}"
     try:
-        out = transform(spark, records, spec)
+        out = transform(spark, good, spec)
         if not isinstance(out, DataFrame):
             raise TypeError(f"the transform returned {type(out).__name__}, not a DataFrame")
         out.schema  # noqa: B018 - forces analysis of the whole plan
     except Exception as exc:  # noqa: BLE001 - whatever Spark says about the transform, the user needs it
         raise TransformAnalysisError(
             f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} fails analysis against the records' "
-            f"columns ({', '.join(records.columns)}): {_first_line(exc)}. {fix.format(field=field)}") from exc
+            f"columns ({', '.join(good.columns)}): {_first_line(exc)}. {FIX.format(field=field)}") from exc
     if spec.transform_sql or spec.transform_python:
         log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)", spec.pipeline, spec.batch_id, what,
                  len(out.columns))
+    return out

@@ -53,9 +53,25 @@ if TYPE_CHECKING:
     from offsetbatch.jobspec import Manifest
     from offsetbatch.source.admin import KafkaAdmin
 
-# The rejected rows, built when asked: the job knows them only once the data write has run (its one
-# pass over Kafka collects them), so every sink's ``stage`` passes this on, wrapped if it adds columns.
-RejectedRows = Callable[[], "DataFrame"]
+
+class RejectedRows:
+    """A batch's rejected rows, built when asked: the job knows them only once the data write has
+    run (its one pass over Kafka collects them), so every sink's ``stage`` passes this on, through
+    ``map`` if it adds columns. ``known_empty`` (asked after the data write too) says the batch
+    rejected nothing: its empty file is then written without a Spark job, which costs a batch 2 s."""
+
+    def __init__(self, frame: Callable[[], "DataFrame"], known_empty: Callable[[], bool] = lambda: False):
+        self._frame, self._known_empty = frame, known_empty
+
+    def frame(self) -> "DataFrame":
+        return self._frame()
+
+    def known_empty(self) -> bool:
+        return self._known_empty()
+
+    def map(self, f: Callable[["DataFrame"], "DataFrame"]) -> "RejectedRows":
+        """The same rows with ``f`` applied (a sink's own columns)."""
+        return RejectedRows(lambda: f(self._frame()), self._known_empty)
 
 
 # Where a sink's folders may live: a local path, HDFS, or an object store (s3a is Hadoop's S3 client).
@@ -187,7 +203,11 @@ class Sink(ABC):
         written = Observation(f"offsetbatch-{self.pipeline}-{batch_id}-written")
         data.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite") \
             .partitionBy(*partition_by).parquet(data_dir)
-        rejected().write.mode("overwrite").parquet(rejected_dir)
+        rows = rejected.frame()
+        if rejected.known_empty():  # the schema only: no Spark job for a file without rows
+            storage.write_empty_parquet(rejected_dir, _arrow_schema(rows.schema))
+        else:
+            rows.write.mode("overwrite").parquet(rejected_dir)
         return StagedOutput(written.get["rows"], storage.files(data_dir), storage.files(rejected_dir))
 
     # ---- commit half (commit task, under the pipeline lock) ---------------------------------
@@ -264,6 +284,14 @@ class Sink(ABC):
     @abstractmethod
     def read_rejected(self, spark: "SparkSession") -> "DataFrame":
         """Malformed records of committed batches, with their Kafka coordinates and the error."""
+
+
+def _arrow_schema(schema: Any) -> Any:
+    """A Spark schema as the Arrow schema of the Parquet file Spark would write for it (timestamps
+    as UTC microseconds, as ``write_staged`` has Spark write them)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
 
 
 class PublishesAfterLedgerCommit(ABC):

@@ -1,1 +1,2 @@
-"""Kafka as the planner, commit and CLI see it: the Airflow connection, the admin client, why a connection failed, partitions."""
+"""Kafka as the planner, commit and CLI see it: the Airflow connection, the admin client, why a connection failed,
+partitions; and the schema registry an Avro topic's records name their schemas in."""

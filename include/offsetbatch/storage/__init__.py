@@ -115,6 +115,20 @@ def write_json(uri: str, obj: Any) -> None:
         fs.mv(tmp, path)
 
 
+def write_empty_parquet(folder: str, schema: Any) -> str:
+    """Replace ``folder`` with one Parquet file of ``schema`` (an Arrow schema) and no rows, what
+    Spark writes for an empty frame, without a Spark job; returns the file's URI."""
+    import pyarrow.parquet as pq
+
+    remove(folder)
+    uri = f"{folder}/part-00000-empty.parquet"
+    with _fs_of(uri) as (fs, path):
+        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(path, "wb") as f:
+            pq.write_table(schema.empty_table(), f)
+    return uri
+
+
 def remove(uri: str, best_effort: bool = False) -> bool:
     """Delete ``uri`` (a file or a folder tree). With ``best_effort``, a folder another process is
     still writing into (``OSError``: not empty) is left, and ``False`` returned, instead of raising."""

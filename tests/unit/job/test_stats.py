@@ -50,3 +50,20 @@ def test_a_record_outside_the_plan_is_refused_naming_it():
     with pytest.raises(job_stats.OffsetOutOfPlanError, match="2 record\\(s\\) outside the planned ranges, the first "
                                                              "b/0 offset 20"):
         job_stats.reports(_spec(), values)
+
+
+@pytest.mark.parametrize("sql, python, expected", [
+    (None, None, True),  # no transform: the output has every column, kafka_headers among them
+    ("SELECT event_id FROM records", "m.f", True),  # a Python transform may use them
+    ("SELECT event_id, kafka_offset FROM records", None, False),
+    ("SELECT event_id, KAFKA_HEADERS[0].key AS k FROM records", None, True),
+    ("SELECT * FROM records", None, True),
+    ("SELECT r.* FROM records r", None, True),
+    ("SELECT count(*) AS n FROM records", None, True),  # conservative: any * reads them
+])
+def test_headers_are_read_unless_the_sql_transform_cannot_output_them(sql, python, expected):
+    from dataclasses import replace
+
+    from offsetbatch.job.read import reads_headers
+
+    assert reads_headers(replace(_spec(), transform_sql=sql, transform_python=python)) is expected

@@ -43,7 +43,7 @@ class BatchSparkConnectOperator(BatchLineage, BaseOperator):
         from pyspark.sql import SparkSession
 
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare
-        from offsetbatch.job.run import run_batches
+        from offsetbatch.job.run import SQL_DEFAULTS, run_batches
         from offsetbatch.jobspec import JobSpec
 
         self.remember_plan(context)
@@ -52,7 +52,7 @@ class BatchSparkConnectOperator(BatchLineage, BaseOperator):
         with failure_explained(pipeline, submission, self.log):
             spark = SparkSession.builder.remote(url).create()  # a session of its own: temp views, conf
             try:
-                for key, value in self.conf.items():
+                for key, value in {**SQL_DEFAULTS, **self.conf}.items():  # the pipeline's own win
                     if key.startswith("spark.sql."):
                         spark.conf.set(key, value)
                     else:

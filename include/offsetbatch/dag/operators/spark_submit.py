@@ -15,6 +15,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from offsetbatch.dag.driver_jvm import spark_defaults, with_driver_gc
 from offsetbatch.dag.operators.lineage import BatchLineage
 from offsetbatch.dag.spark_jars import job_jars
 from offsetbatch.paths import SPARK_APP
@@ -52,7 +53,9 @@ class _ScrubbedSparkSubmitHook(SparkSubmitHook):
 
 class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
     """Run the packaged Spark application (``offsetbatch.paths.SPARK_APP``, the entry of
-    ``offsetbatch.job.run``) for the batches the upstream plan task returned.
+    ``offsetbatch.job.run``) for the batches the upstream plan task returned, its driver on the
+    throughput garbage collector unless the pipeline or spark-defaults.conf chooses one
+    (``dag.driver_jvm``).
 
     :param config_path: the pipeline's YAML file (the ledger is checked before submitting)
     :param plan_task_id: task whose XCom holds the plan (``needs_work`` and ``batches``, each with
@@ -90,6 +93,7 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
             with fail_without_retry():  # a jar missing now is missing on the next attempt too
                 self.jars = ",".join(job_jars(pipeline.cfg.sink.path))
         self.name = submission.name
+        self.conf = with_driver_gc(self.conf or {}, spark_defaults())
         secrets_file = None
         try:
             with failure_explained(pipeline, submission, self.log):

@@ -75,7 +75,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         out_id = batch_id if output_id is None else output_id
         data = data.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
         data, hidden = schema.stage_partitions(data, self.settings.partitions, self.where(batch_id))
-        return self.write_staged(spark, data, lambda: rejected().withColumn(schema.BATCH_ID, F.lit(out_id).cast("long")),
+        return self.write_staged(spark, data, rejected.map(lambda r: r.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))),
                                  batch_id, attempt, hidden)
 
     # ---- commit half -------------------------------------------------------------------------

@@ -1,11 +1,17 @@
 """``make bench`` (``python -m offsetbatch_dev.bench``): one run, one machine, the local broker.
 
-1. produce the data set once (default 5,000,000 JSON records of ~200 B over 8 partitions);
-2. per repetition, over the same ranges and Spark settings: raw read, batch job, the peers
-   (Structured Streaming + Trigger.AvailableNow, a spark.read batch: ``peers/``, no project code),
-   whole DAG run; medians and ratios;
-3. planning and commit cost at 10 / 100 / 1,000 partitions on SQLite and PostgreSQL;
-4. write docs/benchmarks.md and docs/benchmarks.png.
+1. produce the data sets once (default 1,000,000 and 5,000,000 JSON records of ~200 B over 8
+   partitions; a topic that holds one already is reused);
+2. ``throughput``: per repetition and size, interleaved, over the same ranges and Spark settings:
+   the raw read, the batch job and the two peers (Structured Streaming + Trigger.AvailableNow, a
+   spark.read batch: ``peers/``, no project code); medians, spreads, ratios per repetition;
+3. ``dag``: whole DAG runs (spark-submit, Spark Connect) at the largest size;
+4. ``cost``: planning and commit cost at 10 / 100 / 1,000 partitions on SQLite and PostgreSQL;
+5. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
+   and docs/benchmarks.png.
+
+It refuses to start on a busy machine (``quiet``) unless ``--allow-load``, and flags any
+measurement that something else competed with.
 """
 
 from __future__ import annotations
@@ -26,12 +32,13 @@ from rich.table import Table
 from offsetbatch.paths import local_dir
 
 from offsetbatch_dev import PROJECT_ROOT
-from offsetbatch_dev.bench import ledger_cost, report, throughput
-from offsetbatch_dev.bench.dataset import ensure_dataset
+from offsetbatch_dev.bench import ledger_cost, quiet, report, throughput
+from offsetbatch_dev.bench.dataset import Dataset, ensure_dataset
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
+PHASES = ("throughput", "dag", "cost")
 CONNECT_CONN = "spark_connect_bench"
 
 
@@ -50,17 +57,29 @@ def _airflow_env(work: Path, bootstrap: str) -> dict:
     return env
 
 
+def _measure(key: str, ds: Dataset, bootstrap: str, spec_uri: str, conf: dict, work: Path, rep: int) -> throughput.Sample:
+    if key == "raw":
+        return throughput.raw_read(spec_uri, conf, work, rep)
+    if key == "job":
+        return throughput.batch_job(ds, bootstrap, conf, work, rep)
+    return throughput.peer("structured_streaming" if key == "peer" else "batch_read", ds, bootstrap, conf, work, rep)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m offsetbatch_dev.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--sizes", default="1000000,5000000", help="records per data set, comma-separated")
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--topic", default=None, help="default: bench-<records>-<partitions>")
+    parser.add_argument("--repeat", type=int, default=5, help="repetitions of each throughput measurement")
+    parser.add_argument("--dag-repeat", type=int, default=3, help="repetitions of each whole DAG run")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"which of {', '.join(PHASES)} to run")
     parser.add_argument("--partition-counts", default="10,100,1000")
     parser.add_argument("--driver-memory", default="1g", help="every measurement's spark.driver.memory (Spark's default, what the sample pipeline runs with)")
+    parser.add_argument("--allow-load", action="store_true", help="measure even if the machine is busy (the report says so)")
     parser.add_argument("--docs", default=str(PROJECT_ROOT / "docs"))
     args = parser.parse_args(argv)
+    phases = [p for p in PHASES if p in args.phases.split(",")]
     console = Console()
+    warning = quiet.check_start(console, args.allow_load)
     started = time.monotonic()
     command = "make bench" if not argv else "python -m offsetbatch_dev.bench " + " ".join(argv)
     work = local_dir() / "bench"
@@ -68,80 +87,100 @@ def main(argv: list[str] | None = None) -> int:
 
     broker = KafkaBroker(port=int(os.environ.get("KAFKA_PORT", "9092")))
     broker.start()
-    ds = ensure_dataset(broker.bootstrap, args.topic or f"bench-{args.records}-{args.partitions}",
-                        args.records, args.partitions)
-    console.print(f"data set: {ds.records:,} records, {ds.bytes / 2**20:.0f} MiB, topic {ds.topic}")
-    spec_uri = str(work / "spec.json")
-    throughput.job_spec(ds, broker.bootstrap, str(work / "unused")).save(spec_uri)
+    datasets = {n: ensure_dataset(broker.bootstrap, f"bench-{n}-{args.partitions}", n, args.partitions)
+                for n in sorted(int(x) for x in args.sizes.split(","))}
+    for ds in datasets.values():
+        console.print(f"data set: {ds.records:,} records, {ds.bytes / 2**20:.0f} MiB, topic {ds.topic}")
+    largest = datasets[max(datasets)]
     conf = throughput.spark_conf(args.driver_memory)
-    connect = SparkConnectServer(home=work / "spark-connect", driver_memory=args.driver_memory,
-                                 conf={k: v for k, v in conf.items() if k != "spark.driver.memory"})
-    connect.start()
-    env = {**_airflow_env(work, broker.bootstrap), f"AIRFLOW_CONN_{CONNECT_CONN.upper()}": json.dumps(
-        {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect.port})}
-
-    samples: dict[str, list[throughput.Sample]] = {k: [] for k in report.MEASURES}
-    dag_stats: dict[str, list[dict]] = {}
-    steps = [(rep, key) for rep in range(args.repeat) for key in report.MEASURES]
+    sections: dict[str, list[str]] = {}
+    samples: dict[int, dict[str, list[throughput.Sample]]] = {n: {k: [] for k in report.THROUGHPUT} for n in datasets}
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task("throughput", total=len(steps))
-        for rep, key in steps:
-            bar.update(task, description=f"throughput: run {rep + 1}/{args.repeat}, {report.MEASURES[key]}")
-            if key == "raw":
-                s = throughput.raw_read(spec_uri, conf, work, rep)
-            elif key == "job":
-                s = throughput.batch_job(ds, broker.bootstrap, conf, work, rep)
-            elif key == "peer":
-                s = throughput.peer("structured_streaming", ds, broker.bootstrap, conf, work, rep)
-            elif key == "batch_peer":
-                s = throughput.peer("batch_read", ds, broker.bootstrap, conf, work, rep)
-            else:
-                s, stats = throughput.whole_dag_run(ds, env, work, rep, args.driver_memory,
-                                                    connect_conn_id=CONNECT_CONN if key == "dag_connect" else None)
-                dag_stats.setdefault(key, []).append(stats)
-            if s.records != ds.records:
-                raise RuntimeError(f"{key} read {s.records} records, expected {ds.records}")
-            samples[key].append(s)
-            console.log(f"{report.MEASURES[key]}: {s.seconds:.1f}s in app, {s.wall:.1f}s wall, "
-                        f"{ds.records / s.seconds:,.0f} records/s")
-            bar.advance(task)
+        if "throughput" in phases:
+            specs = {}
+            for n, ds in datasets.items():
+                specs[n] = str(work / f"spec-{n}.json")
+                throughput.job_spec(ds, broker.bootstrap, str(work / "unused")).save(specs[n])
+            steps = [(rep, n, key) for rep in range(args.repeat) for n in datasets for key in report.THROUGHPUT]
+            task = bar.add_task("throughput", total=len(steps))
+            for rep, n, key in steps:
+                what = f"run {rep + 1}/{args.repeat}, {n:,} records, {report.MEASURES[key]}"
+                bar.update(task, description=f"throughput: {what}")
+                busy = quiet.busy_before_run(console, what)
+                s = _measure(key, datasets[n], broker.bootstrap, specs[n], conf, work, rep)
+                s.busy = busy
+                if s.records != n:
+                    raise RuntimeError(f"{key} read {s.records} records, expected {n}")
+                samples[n][key].append(s)
+                console.log(f"{what}: {s.seconds:.1f}s in app, {s.wall:.1f}s wall, {n / s.seconds:,.0f} records/s")
+                bar.advance(task)
+            sections["bench-throughput"] = report.throughput_section(datasets, samples, command, warning)
 
-        connect.stop()
-        pg = PostgresCluster()
-        pg.start()
-        counts = [int(x) for x in args.partition_counts.split(",")]
-        cost_steps = [(n, b, r) for n in counts for b in ("sqlite", "postgresql") for r in range(args.repeat)]
-        task = bar.add_task("plan/commit cost", total=len(cost_steps))
-        costs = []
-        for n, backend, rep in cost_steps:
-            bar.update(task, description=f"plan/commit cost: {n} partitions, {backend}, run {rep + 1}")
-            if backend == "sqlite":
-                db = work / f"cost-{n}-{rep}.db"
-                db.unlink(missing_ok=True)
-                url = f"sqlite:///{db}"
-            else:
-                url = pg.create_database(f"bench_cost_{n}_{rep}")
-            costs.append(ledger_cost.measure(broker.bootstrap, n, backend, url, work, "kafka_default"))
-            bar.advance(task)
+        if "dag" in phases:
+            connect = SparkConnectServer(home=work / "spark-connect", driver_memory=args.driver_memory,
+                                         conf={k: v for k, v in conf.items() if k != "spark.driver.memory"})
+            connect.start()
+            env = {**_airflow_env(work, broker.bootstrap), f"AIRFLOW_CONN_{CONNECT_CONN.upper()}": json.dumps(
+                {"conn_type": "spark_connect", "host": "127.0.0.1", "port": connect.port})}
+            dag_samples: dict[str, list[throughput.Sample]] = {"dag": [], "dag_connect": []}
+            dag_stats: dict[str, list[dict]] = {"dag": [], "dag_connect": []}
+            steps = [(rep, key) for rep in range(args.dag_repeat) for key in dag_samples]
+            task = bar.add_task("whole DAG runs", total=len(steps))
+            for rep, key in steps:
+                bar.update(task, description=f"whole DAG runs: run {rep + 1}/{args.dag_repeat}, {report.MEASURES[key]}")
+                s, stats = throughput.whole_dag_run(largest, env, work, rep, args.driver_memory,
+                                                    connect_conn_id=CONNECT_CONN if key == "dag_connect" else None)
+                if s.records != largest.records:
+                    raise RuntimeError(f"{key} read {s.records} records, expected {largest.records}")
+                dag_samples[key].append(s)
+                dag_stats[key].append(stats)
+                console.log(f"{report.MEASURES[key]}: {s.wall:.1f}s wall")
+                bar.advance(task)
+            connect.stop()
+            shutil.rmtree(work / "dags", ignore_errors=True)
+            sections["bench-dag"] = report.dag_section(largest, dag_samples, dag_stats, command)
+
+        if "cost" in phases:
+            pg = PostgresCluster()
+            pg.start()
+            counts = [int(x) for x in args.partition_counts.split(",")]
+            cost_steps = [(n, b, r) for n in counts for b in ("sqlite", "postgresql") for r in range(args.dag_repeat)]
+            task = bar.add_task("plan/commit cost", total=len(cost_steps))
+            costs = []
+            for n, backend, rep in cost_steps:
+                bar.update(task, description=f"plan/commit cost: {n} partitions, {backend}, run {rep + 1}")
+                if backend == "sqlite":
+                    db = work / f"cost-{n}-{rep}.db"
+                    db.unlink(missing_ok=True)
+                    url = f"sqlite:///{db}"
+                else:
+                    url = pg.create_database(f"bench_cost_{n}_{rep}")
+                costs.append(ledger_cost.measure(broker.bootstrap, n, backend, url, work, "kafka_default"))
+                bar.advance(task)
+            sections["bench-cost"] = report.cost_section(costs, command)
 
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
-    report.chart(ds, samples, costs, docs / "benchmarks.png")
+    png = None
+    if "throughput" in phases:
+        report.chart(datasets, samples, docs / "benchmarks.png")
+        png = "benchmarks.png"
+    elif (docs / "benchmarks.png").exists():
+        png = "benchmarks.png"
     minutes = (time.monotonic() - started) / 60
     doc = docs / "benchmarks.md"
-    doc.write_text(report.with_sections_of(doc, report.markdown(ds, samples, costs, dag_stats, command, minutes,
-                                                                "benchmarks.png")))
-    t = Table(title="ratios (medians)", title_justify="left")
-    for col in ("ratio", "value"):
-        t.add_column(col)
-    for k, v in report.ratios(samples).items():
-        t.add_row(k, f"{v:.2f}")
-    for key in ("dag", "dag_connect"):
-        t.add_row(f"{report.MEASURES[key].split(' (')[0]}: tasks minus job (s)", f"{report.fixed_cost(dag_stats[key]):.1f}")
-    console.print(t)
-    console.print(f"wrote {docs / 'benchmarks.md'} and {docs / 'benchmarks.png'} in {minutes:.1f} min")
-    shutil.rmtree(work / "dags", ignore_errors=True)
+    doc.write_text(report.with_sections_of(doc, report.document(sections, datasets, minutes, png)))
+    if "throughput" in phases:
+        t = Table(title="job throughput ratios (medians; > 1: the job is faster)", title_justify="left")
+        for col in ("records", "ratio", "value", "per repetition"):
+            t.add_column(col)
+        for n in sorted(datasets):
+            for k, v in report.ratios(samples[n]).items():
+                peer = {"job / raw read": "raw", **{f"job / {lbl}": key for key, lbl in report.PEERS.items()}}[k]
+                t.add_row(f"{n:,}", k, f"{v:.2f}", ", ".join(f"{x:.2f}" for x in report.ratio_runs(samples[n], peer)))
+        console.print(t)
+    console.print(f"wrote {doc}{' and ' + str(docs / png) if png else ''} in {minutes:.1f} min")
     return 0
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 
+from offsetbatch.dag.driver_jvm import spark_defaults, with_driver_gc
 from offsetbatch.dag.spark_jars import spark_connector_jars
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch_dev import PROJECT_ROOT
@@ -43,6 +44,7 @@ class Sample:
     wall: float
     peak_rss_mb: float | None
     records: int
+    busy: float = 0.0  # % CPU the machine used just before the run, the benchmark idle (``quiet``)
 
 
 def spark_conf(driver_memory: str) -> dict[str, str]:
@@ -77,11 +79,13 @@ def _watch_rss(proc: subprocess.Popen, peak: list[float], stop: threading.Event)
 
 
 def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path,
-                 with_project: bool = True, master: str = "local[*]") -> tuple[float, float, str]:
+                 with_project: bool = True, master: str = "local[*]",
+                 pythonpath: str | None = None) -> tuple[float, float, str]:
     """(wall seconds, peak driver RSS in MiB, output) of one spark-submit (``master``: local[*] or a
     standalone master's URL) with the connector; ``with_project``: the caller's environment as is
     (the project's applications import ``offsetbatch`` from this venv, as the spark_job task's do);
-    False for the peers, which get no PYTHONPATH."""
+    False for the peers, which get no PYTHONPATH; ``pythonpath``: put first on it (another checkout's
+    ``include/``, to measure that version of the job)."""
     cmd = [shutil.which("spark-submit") or "spark-submit", "--master", master,
            "--jars", ",".join(spark_connector_jars())]
     for k, v in conf.items():
@@ -90,6 +94,8 @@ def spark_submit(app: Path, args: list[str], conf: dict[str, str], log: Path,
     env = dict(os.environ)
     if not with_project:  # the peers: pyspark alone, nothing the caller put on PYTHONPATH
         env.pop("PYTHONPATH", None)
+    elif pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     peak, stop = [0.0], threading.Event()
     t0 = time.monotonic()
     with open(log, "w") as out:
@@ -108,8 +114,15 @@ def _bench_line(stdout: str) -> dict:
     return json.loads(next(line for line in stdout.splitlines() if line.startswith("BENCH "))[6:])
 
 
+def product_conf(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` as the spark_job task submits it: with the driver JVM option it ships
+    (``offsetbatch.dag.driver_jvm``). The job and the raw read (the job's own read) get it; the
+    peers, which import nothing of the project, run with Spark's defaults."""
+    return with_driver_gc(conf, spark_defaults())
+
+
 def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
-    wall, rss, out = spark_submit(RAW_READ_APP, ["raw", "--spec", spec_uri], conf, work / f"raw-{rep}.log")
+    wall, rss, out = spark_submit(RAW_READ_APP, ["raw", "--spec", spec_uri], product_conf(conf), work / f"raw-{rep}.log")
     r = _bench_line(out)
     return Sample(r["seconds"], wall, rss, r["records"])
 
@@ -130,7 +143,7 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     try:
         wall, rss, _ = spark_submit(JOB, ["--spec", uri, "--attempt", "bench",
                                           *([SECRETS_ARG, str(secrets_file)] if secrets_file else [])],
-                                    conf, work / f"{name}-{rep}.log", master=master)
+                                    product_conf(conf), work / f"{name}-{rep}.log", master=master)
     finally:
         remove_secrets_file(secrets_file)
     m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
