@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000000,5000000", help="records per data set, comma-separated")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5, help="repetitions of each throughput measurement")
-    parser.add_argument("--dag-repeat", type=int, default=3, help="repetitions of each whole DAG run")
+    parser.add_argument("--dag-repeat", type=int, default=3, help="repetitions of each whole DAG run and plan/commit cost")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"which of {', '.join(PHASES)} to run")
     parser.add_argument("--partition-counts", default="10,100,1000")
     parser.add_argument("--driver-memory", default="1g", help="every measurement's spark.driver.memory (Spark's default, what the sample pipeline runs with)")

@@ -2,7 +2,7 @@
 the batch job and of the peers over the same records, with each sampled stack put in one cost
 category (Kafka fetch, JSON parse, sort, Parquet write, ...).
 
-    python -m offsetbatch_dev.bench.profile --records 1000000 [--write docs/performance.md]
+    python -m offsetbatch_dev.bench.jfr_profile --records 1000000 [--write docs/performance.md]
 
 JFR ships with the JDK (no agent to download). With the ``profile`` settings it samples every
 thread running Java code every 10 ms (``jdk.ExecutionSample``) and every thread in native code
@@ -149,7 +149,7 @@ def table(profiles: dict[str, tuple[float, Counter]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m offsetbatch_dev.bench.profile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m offsetbatch_dev.bench.jfr_profile", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--driver-memory", default="1g")
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     if args.write:
         report.write_section(Path(args.write), f"profile-{args.records}", [
-            f"`python -m offsetbatch_dev.bench.profile --records {args.records}` ({ds.records:,} records, "
+            f"`python -m offsetbatch_dev.bench.jfr_profile --records {args.records}` ({ds.records:,} records, "
             f"{args.partitions} partitions, `local[*]` on {os.cpu_count()} cores, one run each):", "", *lines])
     return 0
 
