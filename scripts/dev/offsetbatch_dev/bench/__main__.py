@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     warning = quiet.check_start(console, args.allow_load)
     started = time.monotonic()
-    command = "make bench" if not argv else "python -m offsetbatch_dev.bench " + " ".join(argv)
+    given = sys.argv[1:] if argv is None else argv
+    command = "make bench" if not given else "python -m offsetbatch_dev.bench " + " ".join(given)
     work = local_dir() / "bench"
     work.mkdir(parents=True, exist_ok=True)
 
