@@ -317,6 +317,44 @@ class AirflowServices(AirflowRest):
         return proc
 
 
+def avro_pipeline(make_pipeline, registry_url: str, version: int | str = 1, **overrides) -> Pipeline:
+    """A confluent-avro pipeline under test (reader: ``<topic>-value`` at ``version``) whose runs
+    reach the schema registry at ``registry_url`` through the ``schema_registry_default`` connection."""
+    value = {"format": "confluent-avro", "schema": None, "required": ["event_id", "kind", "event_time"],
+             "schema_registry": {"conn_id": "schema_registry_default", "version": version}}
+    p = make_pipeline(value=value, **{"transform": {"sql": None}, **overrides})
+    p.env = {**p.env, "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps({"conn_type": "http", "host": registry_url})}
+    return p
+
+
+def set_reader_version(p: Pipeline, version: int | str) -> None:
+    """Point the pipeline's reader schema at another version of its subject (the next runs read it)."""
+    cfg = yaml.safe_load(p.config_path.read_text())
+    cfg["value"]["schema_registry"]["version"] = version
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    p.cfg = load_config(p.config_path)
+
+
+def produce_avro(p: Pipeline, registry_url: str, schema: str, form: str, records: int, seed: int,
+                 start: datetime) -> dict[str, dict]:
+    """Produce with confluent-kafka's own AvroSerializer (``form``: prefix or header), 5 % of the
+    records malformed (``avro_events.MALFORMED``); returns the events by id, as they were before
+    encoding."""
+    from offsetbatch_dev.sample.avro_events import MALFORMED, AvroEvents
+
+    serializer, by_id = AvroEvents(registry_url, p.topic, schema, form), {}
+
+    def encoder(event: dict) -> tuple[bytes, list[tuple[str, bytes]]]:
+        by_id[event["event_id"]] = event
+        return serializer(event)
+
+    result = produce(p.bootstrap, p.topic, records, partitions=2, start=start, hours=1, malformed_fraction=0.05,
+                     seed=seed, id_prefix=f"{p.name}-{seed}-", progress=False, encoder=encoder,
+                     malformed_values=MALFORMED)
+    p.produced.update(result.offsets)
+    return by_id
+
+
 def cluster_pipeline(make_pipeline, spark, kafka=None, suffix: str = "_c") -> Pipeline:
     """A pipeline whose Spark connection is the standalone master (``spark_standalone``) and, with
     ``kafka``, whose Kafka connection is the three brokers (``clusters``): nothing else differs.

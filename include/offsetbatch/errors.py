@@ -153,6 +153,11 @@ class SchemaWireFormatError(PipelineError, ValueError):
     schema id header): the bytes will not change, so no retry helps."""
 
 
+class SchemaIncompatibleError(PipelineError):
+    """A batch holds records whose writer schema the pipeline's reader schema cannot read (Avro's
+    resolution rules): the batch fails before its commit, and only a change of the reader helps."""
+
+
 class SchemaRegistryUnavailableError(OffsetbatchError):
     """The schema registry did not answer (refused, timed out) or failed (HTTP 5xx, 408, 429): a retry
     may succeed once it is back."""

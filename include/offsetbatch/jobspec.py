@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from offsetbatch.config import PipelineConfig
     from offsetbatch.source.connection import KafkaClientConfig
 
-SPEC_VERSION = 3  # 3: ``kafka_options``; 2: ``batch_id`` and ``output_id`` apart, the sink's settings
-READABLE_VERSIONS = (2, 3)  # a v2 spec is a v3 one without Kafka options (PLAINTEXT)
+SPEC_VERSION = 4  # 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id`` and ``output_id``
+READABLE_VERSIONS = (2, 3, 4)  # an older spec is a v4 one without what came later (PLAINTEXT, no Avro)
 
 
 @dataclass
@@ -37,21 +37,27 @@ class JobSpec:
     # Non-secret ``kafka.*`` options of Spark's Kafka source (``KafkaClientConfig.spark_options``);
     # secrets reach the job in a private file, never here.
     kafka_options: dict = field(default_factory=dict)
+    # Avro formats: the reader schema and every writer schema the batch's records may name, resolved by
+    # the plan task (``source.value_schemas.ValueSchemas.to_spec``); the job never asks a registry.
+    value_schemas: dict | None = None
+    schema_id: str = "auto"  # confluent-* formats: where a record names its schema (``value.schema_id``)
     version: int = SPEC_VERSION
 
     @classmethod
-    def for_batch(cls, cfg: "PipelineConfig", client: "KafkaClientConfig", batch: Batch) -> "JobSpec":
+    def for_batch(cls, cfg: "PipelineConfig", client: "KafkaClientConfig", batch: Batch,
+                  value_schemas: dict | None = None) -> "JobSpec":
         """Everything the job needs of the pipeline's config for ``batch``: the one place that maps
         config fields to the contract. A replay stages under its own id and publishes under its
         target's. Only the connection's non-secret Kafka options (the secrets reach the job in a
-        private file)."""
+        private file). ``value_schemas``: the Avro schemas the plan task resolved for this batch."""
         return cls(
             pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
             kafka_options=client.spark_options(), ranges=[r.to_dict() for r in batch.ranges],
             sink=cfg.sink.model_dump(), value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl,
             required=list(cfg.value.required), transform_sql=cfg.transform.sql,
             transform_python=cfg.transform.python, isolation_level=cfg.kafka.isolation_level,
-            records_per_task=cfg.spark.records_per_task,
+            records_per_task=cfg.spark.records_per_task, value_schemas=value_schemas,
+            schema_id=cfg.value.schema_id,
         )
 
     @property

@@ -59,10 +59,35 @@ class Caps(_Model):
     max_records_per_batch: int = Field(50_000_000, gt=0)
 
 
+class RegistrySubject(_Model):
+    conn_id: str = Field("schema_registry_default", description="Airflow connection of the schema registry "
+                         "(offsetbatch.source.schema_registry lists its fields)")
+    subject: str | None = Field(None, description="subject of the reader schema; default '<topic>-value' of the "
+                                "pipeline's one topic (TopicNameStrategy)")
+    version: int | Literal["latest"] = Field("latest", description="the reader schema's version; 'latest' is "
+                                             "pinned when a batch is planned and recorded with it")
+    writer_subjects: list[str] | None = Field(None, description="subjects whose versions the records may be "
+                                              "written with; default [subject]")
+
+    @field_validator("version")
+    @classmethod
+    def _from_one(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 1:
+            raise ValueError("a subject version is a number from 1, or 'latest'")
+        return v
+
+
 class ValueSettings(_Model):
-    format: str = Field("json", description="a value format of offsetbatch.formats.FORMATS: 'json' or 'raw'")
+    format: str = Field("json", description="a value format of offsetbatch.formats.FORMATS: 'json', 'raw', "
+                        "'avro', 'confluent-avro' or 'confluent-json'")
     schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
     required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
+    avro_schema: str | None = Field(None, description="Avro reader schema: inline JSON, or an .avsc file "
+                                    "(relative to the pipeline file)")
+    schema_registry: RegistrySubject | None = Field(None, description="where confluent-avro's schemas are")
+    schema_id: Literal["auto", "prefix", "header"] = Field(
+        "auto", description="where a Confluent-framed value names its schema: the 5-byte prefix, the "
+        "__value_schema_id header, or either (auto; the job then reads every record's headers)")
 
     @field_validator("format")
     @classmethod
@@ -81,7 +106,7 @@ class ValueSettings(_Model):
 
     @model_validator(mode="after")
     def _fits_format(self) -> "ValueSettings":
-        FORMATS[self.format].check(self.schema_ddl, list(self.required))
+        FORMATS[self.format].check(self)
         return self
 
 
@@ -247,11 +272,27 @@ class PipelineConfig(_Model):
         column = self.sink.event_time_column
         if column is None or self.transform.sql or self.transform.python:
             return self
-        known = FORMATS[self.value.format].output_columns(self.value.schema_ddl)
+        known = FORMATS[self.value.format].output_columns(self.value, self.base_dir)
         if known is not None and column.lower() not in {c.lower() for c in known}:
             raise ValueError(f"sink.event_time_column {column!r} is not a column of the output (its columns: "
                              f"{', '.join(known)}); name one of them, or add it with transform.sql")
         return self
+
+    @model_validator(mode="after")
+    def _value_schema_loads(self) -> "PipelineConfig":
+        """An Avro schema file that is missing or not Avro fails here, not in the plan task."""
+        FORMATS[self.value.format].check_files(self.value, self.base_dir)
+        if self.value.format == "confluent-avro" and not (self.value.schema_registry and (
+                self.value.schema_registry.subject or self.value.avro_schema)) and len(self.kafka.topics or []) != 1:
+            raise ValueError("value.schema_registry.subject is needed when the pipeline reads more than one topic or "
+                             "a pattern (the default, '<topic>-value', needs exactly one topic); or give "
+                             "value.avro_schema as the reader schema and value.schema_registry.writer_subjects")
+        return self
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder relative file names in the config (an Avro schema file) start from."""
+        return Path(self.source_file).parent if self.source_file else None
 
     def reads_topic(self, topic: str) -> bool:
         if self.kafka.topics:

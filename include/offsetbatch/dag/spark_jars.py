@@ -1,12 +1,13 @@
-"""Spark's Kafka connector jars, and Hadoop's S3A for a sink on an S3 API, as the runtime needs
-them: handed to ``spark-submit --jars``.
+"""Spark's Kafka connector jars, Spark's Avro functions for the Avro value formats, and Hadoop's S3A
+for a sink on an S3 API, as the runtime needs them: handed to ``spark-submit --jars``.
 
 Two places, in this order:
 
 * ``OFFSETBATCH_SPARK_JARS``: a folder of jars you provide (an installed package in an Airflow of
   your own: your image, MWAA, Composer). Every ``*.jar`` in it is handed to Spark. It must hold the
   Kafka connector (spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients,
-  commons-pool2), and hadoop-aws with the AWS SDK bundle for a sink on S3.
+  commons-pool2), spark-avro_2.13 for the ``avro`` and ``confluent-avro`` value formats, and
+  hadoop-aws with the AWS SDK bundle for a sink on S3.
 * otherwise the cache folder, filled once from Maven Central: by ``make setup`` in a checkout, by the
   Dockerfile's Maven stage in the image.
 
@@ -26,6 +27,7 @@ ENV = "OFFSETBATCH_SPARK_JARS"
 # What each feature needs, by artifact id (a jar's file name up to its version).
 CONNECTOR = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2")
 S3A = ("hadoop-aws", "bundle")
+AVRO = ("spark-avro_2.13",)  # cached with the connector (scripts/maven/spark-kafka-connector.pom.xml)
 _HOW = (f"Set {ENV} to a folder holding them (README, 'Add offsetbatch to an existing Airflow', lists the Maven "
         f"coordinates), or in a checkout run 'make setup' (needs Maven Central once).")
 
@@ -54,11 +56,27 @@ def spark_s3a_jars() -> list[str]:
     return _cached(spark_s3a_dir(), "Hadoop's S3A connector (hadoop-aws)", why)
 
 
-def job_jars(sink_path: str) -> list[str]:
-    """Every jar the job of a pipeline whose sink is at ``sink_path`` needs."""
-    from offsetbatch import storage
+def spark_avro_jars() -> list[str]:
+    """Checks that Spark's Avro functions are there (they come with the connector's jars)."""
+    why = ", and this pipeline's values are Avro"
+    if folder := _provided():
+        _require(folder, AVRO, "Spark's Avro functions (spark-avro_2.13)", why)
+    else:
+        jars = _cached(spark_connector_dir(), "Spark's Avro functions (spark-avro_2.13)", why)
+        if not any(_artifact(Path(j)) in AVRO for j in jars):
+            raise ArtifactError(f"Spark's Avro functions (spark-avro_2.13) are not in {spark_connector_dir()}{why}: "
+                                f"the cache predates them. {_HOW}")
+    return []  # among the connector's jars
 
-    return spark_connector_jars() + (spark_s3a_jars() if storage.is_s3(sink_path) else [])
+
+def job_jars(sink_path: str, value_format: str = "raw") -> list[str]:
+    """Every jar the job of a pipeline whose sink is at ``sink_path`` and whose values are in
+    ``value_format`` needs."""
+    from offsetbatch import storage
+    from offsetbatch.formats import AVRO_FORMATS
+
+    return (spark_connector_jars() + (spark_avro_jars() if value_format in AVRO_FORMATS else [])
+            + (spark_s3a_jars() if storage.is_s3(sink_path) else []))
 
 
 def _provided() -> Path | None:

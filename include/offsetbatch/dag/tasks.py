@@ -34,16 +34,18 @@ from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.planner import RunInfo, plan_for_run
 from offsetbatch.plan.request import RunRequest, from_params, run_interval
 from offsetbatch.plan.reset import run_reset
+from offsetbatch.source import value_schemas
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.connection import KafkaClientConfig, from_connection
 
 log = logging.getLogger(__name__)
 
 
-def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch) -> str:
+def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch,
+               schemas: value_schemas.ValueSchemas | None = None) -> str:
     """The job spec of ``batch`` (``JobSpec.for_batch``), where the job and the commit find it."""
     uri = pipeline.sink.staging.spec(batch.batch_id)
-    JobSpec.for_batch(pipeline.cfg, client, batch).save(uri)
+    JobSpec.for_batch(pipeline.cfg, client, batch, schemas.to_spec() if schemas else None).save(uri)
     return uri
 
 
@@ -71,14 +73,18 @@ def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: dateti
         kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)  # an ACL denial fails here, before the ledger
         pipeline.sink.check_source(cfg.reads_topic, kafka)
         pipeline.sink.check_writable()
+        # The schema registry too: down, refusing the credentials, or without the subject, it fails
+        # the task here, before the ledger is opened. A reset needs no schema.
+        schemas = value_schemas.resolve(cfg) if request.mode != "reset" else None
         with pipeline.ledger(create=ownership.creates_ledger(pipeline.sink)) as ledger:
             return _plan_with(pipeline, ledger, kafka, request, RunInfo(dag_id, run_id, interval[0], interval[1],
-                                                                         request, run_type), interval)
+                                                                         request, run_type), interval, schemas)
 
 
 def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest, run: RunInfo,
-               interval: tuple) -> dict:
-    """The plan (or reset) itself, once Kafka has accepted the pipeline's user and topics."""
+               interval: tuple, schemas: value_schemas.ValueSchemas | None = None) -> dict:
+    """The plan (or reset) itself, once Kafka has accepted the pipeline's user and topics (and the
+    schema registry, ``schemas``, resolved before the ledger was opened)."""
     cfg = pipeline.cfg
     ownership.check(cfg.name, ledger, pipeline.sink)
     if request.mode == "reset":
@@ -87,13 +93,28 @@ def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: R
     result = plan_for_run(pipeline, ledger, kafka, run)
     client = kafka.client
     faults.checkpoint("plan.after_commit")
+    if result.needs_work and schemas is not None:
+        schemas = _pin_schemas(pipeline, ledger, result.batches, schemas)
     batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
                 "ranges": [str(r) for r in b.ranges],
-                "spec": write_spec(pipeline, client, b) if result.needs_work else None}
+                "spec": write_spec(pipeline, client, b, schemas) if result.needs_work else None}
                for b in result.batches]
     return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
             "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
             "run_type": run.run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
+
+
+def _pin_schemas(pipeline: Pipeline, ledger: Ledger, batches: list[Batch],
+                 schemas: value_schemas.ValueSchemas) -> value_schemas.ValueSchemas:
+    """The schemas the batches' specs get: the writer versions registered while the plan ran added,
+    the reader as resolved before (``latest`` stays pinned), recorded in the ledger per batch."""
+    schemas = value_schemas.refreshed(pipeline.cfg, schemas)
+    with ledger.lock(pipeline.name) as conn:
+        for b in batches:
+            ledger.event(conn, pipeline.name, "value_schema", value_schemas.recorded(schemas), b.batch_id)
+    for b in batches:
+        log.info("pipeline %s batch %d: value schemas: %s", pipeline.name, b.batch_id, schemas.describe())
+    return schemas
 
 
 def _iso(ts: datetime | None) -> str | None:

@@ -9,6 +9,8 @@ from offsetbatch.formats.base import ERROR, ValueFormat
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from offsetbatch.config import ValueSettings
+
     from offsetbatch.jobspec import JobSpec
 
 
@@ -16,9 +18,8 @@ class RawFormat(ValueFormat):
     name = "raw"
 
     @classmethod
-    def check(cls, schema_ddl: str | None, required: list[str]) -> None:
-        if schema_ddl or required:
-            raise ValueError("format 'raw' takes no 'schema' or 'required'")
+    def check(cls, value: "ValueSettings") -> None:
+        cls._refuse(value, "schema_ddl", "required", "avro_schema", "schema_registry")
 
     @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":

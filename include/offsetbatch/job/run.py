@@ -230,6 +230,6 @@ def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
                 f"reachable?): {text}")
     try:
         storage.write_json(StagingLayout(spec.sink["path"]).job_error(spec.batch_id, attempt),
-                           {"error": f"{type(exc).__name__}: {text[:600]}"})
+                           {"error": f"{type(exc).__name__}: {text[:1200]}"})
     except Exception:  # noqa: BLE001 - the original error matters more than its note
         log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)

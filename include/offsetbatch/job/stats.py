@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from offsetbatch.errors import OffsetbatchError, OffsetOutOfPlanError
-from offsetbatch.formats import ERROR
+from offsetbatch.errors import OffsetbatchError, OffsetOutOfPlanError, SchemaIncompatibleError
+from offsetbatch.formats import ERROR, FATAL
 from offsetbatch.jobspec import JobSpec, RangeReport
 
 if TYPE_CHECKING:
@@ -109,6 +109,9 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
         F.histogram_numeric(F.when(rejected, fkey), F.lit(BINS)).alias("rejected_by_key"),
         F.count_if(outside).alias("outside"),
         F.min(F.when(outside, F.struct("kafka_topic", "kafka_partition", "kafka_offset"))).alias("first_outside"),
+        F.count_if(F.col(ERROR).startswith(FATAL)).alias("fatal"),
+        F.min(F.when(F.col(ERROR).startswith(FATAL), F.struct(
+            "kafka_topic", "kafka_partition", "kafka_offset", F.col(ERROR).alias("error")))).alias("first_fatal"),
     ]
     if collect_rejected:
         metrics.append(F.collect_list(F.when(rejected, F.struct(
@@ -180,6 +183,12 @@ def reports(spec: JobSpec, values: dict) -> list[RangeReport]:
             f"{where}: Kafka returned {values['outside']} record(s) outside the planned ranges, the first "
             f"{first['kafka_topic']}/{first['kafka_partition']} offset {first['kafka_offset']}. This attempt's "
             f"staged files are never committed (it has no manifest); report this as a bug.")
+    if values.get("fatal"):
+        first = values["first_fatal"]
+        raise SchemaIncompatibleError(
+            f"{where}: {values['fatal']} record(s) cannot be decoded into the output, the first "
+            f"{first['kafka_topic']}/{first['kafka_partition']} offset {first['kafka_offset']}: "
+            f"{first['error'][len(FATAL):]}. Nothing is committed; the batch stays planned.")
     keys = PlanKeys.of(spec)
     rows, rejected = _counts(values["rows_by_key"]), _counts(values["rejected_by_key"])
     if sum(rows.values()) != values["rows"] or sum(rejected.values()) != values["rejected"]:

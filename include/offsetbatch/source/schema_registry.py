@@ -307,6 +307,19 @@ class SchemaRegistry:
 
         return self._fetch(("subject", subject, version), what, where, call)
 
+    def versions(self, subject: str, where: str) -> list[int]:
+        """The version numbers ``subject`` has now (``GET /subjects/{subject}/versions``), not cached:
+        the plan task asks again after it fixed a batch's ranges."""
+        from confluent_kafka.schema_registry import SchemaRegistryError
+
+        what, started = f"the versions of subject '{subject}'", time.monotonic()
+        try:
+            return sorted(int(v) for v in self._client.get_versions(subject))
+        except SchemaRegistryError as exc:
+            raise self._http_error(exc, "subject", what, where, time.monotonic() - started) from exc
+        except self._transport_errors as exc:
+            raise self._transport_error(exc, what, where, time.monotonic() - started) from exc
+
     # ---- calls and their errors -----------------------------------------------------------------
 
     def _fetch(self, key: tuple[Any, ...], what: str, where: str, call: Callable[[], Any]) -> RegistrySchema:

@@ -67,3 +67,26 @@ def test_headers_are_read_unless_the_sql_transform_cannot_output_them(sql, pytho
     from offsetbatch.job.read import reads_headers
 
     assert reads_headers(replace(_spec(), transform_sql=sql, transform_python=python)) is expected
+
+
+def test_a_record_whose_writer_schema_the_reader_cannot_read_fails_the_batch_naming_it():
+    values = _values(fatal=3, first_fatal={"kafka_topic": "a", "kafka_partition": 0, "kafka_offset": 8,
+                                           "error": "fatal: the reader schema (x) cannot read writer schema id 3"})
+    with pytest.raises(job_stats.SchemaIncompatibleError,
+                       match=r"pipeline p batch 3: 3 record\(s\) cannot be decoded into the output, the first a/0 "
+                             r"offset 8: the reader schema \(x\) cannot read writer schema id 3\. Nothing is "
+                             r"committed; the batch stays planned\."):
+        job_stats.reports(_spec(), values)
+
+
+@pytest.mark.parametrize("value_format, schema_id, expected", [
+    ("confluent-avro", "prefix", False), ("confluent-avro", "auto", True), ("confluent-avro", "header", True),
+    ("confluent-json", "auto", True), ("json", "auto", False),
+])
+def test_a_schema_id_in_a_header_makes_the_job_read_headers(value_format, schema_id, expected):
+    from dataclasses import replace
+
+    from offsetbatch.job.read import reads_headers
+
+    spec = replace(_spec(), value_format=value_format, schema_id=schema_id, transform_sql="SELECT event_id FROM records")
+    assert reads_headers(spec) is expected

@@ -83,10 +83,11 @@ def test_files_sink_knows_which_attempt_is_published(tmp_path):
 
 
 def test_formats_are_a_registry_checked_at_config_load(tmp_path):
-    assert set(FORMATS) == {"raw", "json"}
+    assert set(FORMATS) == {"raw", "json", "confluent-json", "avro", "confluent-avro"}
     assert not FORMATS["json"].keeps_value and FORMATS["raw"].keeps_value
-    with pytest.raises(ConfigError, match=r"field 'value.format': .*must be one of 'json', 'raw', got 'avro'"):
-        _load(tmp_path, value={"format": "avro"})
+    with pytest.raises(ConfigError, match=r"field 'value.format': .*must be one of 'avro', 'confluent-avro', "
+                                          r"'confluent-json', 'json', 'raw', got 'protobuf'"):
+        _load(tmp_path, value={"format": "protobuf"})
     with pytest.raises(ConfigError, match=r"field 'value': .*format 'raw' takes no 'schema'"):
         _load(tmp_path, value={"format": "raw", "schema": "id STRING"})
 

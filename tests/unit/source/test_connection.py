@@ -141,7 +141,7 @@ def test_a_version_2_job_spec_is_read_as_plaintext(tmp_path):
     uri.write_text(json.dumps({"pipeline": "p", "batch_id": 1, "output_id": 1, "bootstrap": "b:1", "ranges": [],
                                "sink": {"path": "/t"}, "version": 2}))
     spec = JobSpec.load(str(uri))
-    assert spec.kafka_options == {} and spec.version == 3
+    assert spec.kafka_options == {} and spec.value_schemas is None and spec.version == 4
 
 
 def test_failures_are_explained_without_secrets(ca):

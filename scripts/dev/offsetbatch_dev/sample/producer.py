@@ -16,6 +16,7 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -90,12 +91,16 @@ def produce(
     id_prefix: str = "e",
     progress: bool = True,
     client_kwargs: dict | None = None,
+    encoder: Callable[[dict], tuple[bytes, list[tuple[str, bytes]]]] | None = None,
+    malformed_values: list[bytes] | None = None,
 ) -> ProduceResult:
     """Produce ``records`` events spread evenly over ``hours`` simulated hours from ``start``.
 
     Kafka timestamps (CreateTime) are the simulated event times, so hourly runs cut by
     ``data_interval_end`` find each hour's records. ``client_kwargs`` are extra kafka-python
-    settings for the admin client and the producer (security: SASL_SSL, SCRAM, CA file)."""
+    settings for the admin client and the producer (security: SASL_SSL, SCRAM, CA file).
+    ``encoder``: an event's value bytes and headers (default: JSON, no headers; Avro:
+    ``sample.avro_events``); ``malformed_values``: the bad values to mix in (default ``MALFORMED``)."""
     ensure_topic(bootstrap, topic, partitions, client_kwargs=client_kwargs)
     start = start or datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours)
     rng = random.Random(seed)
@@ -110,14 +115,16 @@ def produce(
         for seq in range(records):
             ts = start + step * seq
             partition = seq % partitions
+            ts_ms = int(ts.timestamp() * 1000)
             if rng.random() < malformed_fraction:
-                value = rng.choice(MALFORMED)
-                futures.append((partition, None, producer.send(topic, value=value, partition=partition, timestamp_ms=int(ts.timestamp() * 1000))))
+                value = rng.choice(malformed_values or MALFORMED)
+                futures.append((partition, None, producer.send(topic, value=value, partition=partition, timestamp_ms=ts_ms)))
             else:
                 event = make_event(rng, seq, ts, id_prefix)
-                value = json.dumps(event).encode()
+                value, headers = encoder(event) if encoder else (json.dumps(event).encode(), [])
                 key = str(event["user_id"]).encode()
-                futures.append((partition, event["event_id"], producer.send(topic, key=key, value=value, partition=partition, timestamp_ms=int(ts.timestamp() * 1000))))
+                futures.append((partition, event["event_id"], producer.send(
+                    topic, key=key, value=value, headers=headers or None, partition=partition, timestamp_ms=ts_ms)))
             hour = ts.strftime("%Y-%m-%dT%H:00Z")
             result.by_hour[hour] = result.by_hour.get(hour, 0) + 1
             if seq % 1000 == 999:

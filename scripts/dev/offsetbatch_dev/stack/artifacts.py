@@ -7,6 +7,7 @@ run once, neither the broker nor Spark needs the network.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -47,8 +48,11 @@ def _ensure_maven() -> str:
 
 
 def _resolve(pom: str, out: Path) -> None:
+    """Copy ``pom``'s runtime dependencies into ``out`` once; again when the pom changed since (the
+    marker holds the pom's digest, so a checkout that pulls a new dependency gets it at 'make setup')."""
     marker = out / ".complete"
-    if marker.exists():
+    digest = hashlib.sha256((MAVEN_DIR / pom).read_bytes()).hexdigest()
+    if marker.exists() and marker.read_text().strip() == digest:
         return
     if out.exists():
         shutil.rmtree(out)
@@ -68,7 +72,7 @@ def _resolve(pom: str, out: Path) -> None:
             f"Maven could not resolve {pom} (exit {result.returncode}). Check that Maven Central is "
             f"reachable, then run 'make setup' again.\n{result.stdout[-3000:]}{result.stderr[-2000:]}"
         )
-    marker.touch()
+    marker.write_text(digest + "\n")
 
 
 def _pyspark_jar_names() -> set[str]:

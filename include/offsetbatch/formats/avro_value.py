@@ -1,0 +1,187 @@
+"""``avro`` and ``confluent-avro``: values in Avro's binary encoding, decoded by Spark's ``from_avro``
+(spark-avro_2.13, ``dag.spark_jars``) into the reader schema's fields.
+
+* ``avro``: the bare Avro body of one record, written with the schema the pipeline names
+  (``value.avro_schema``: inline JSON or an ``.avsc`` file).
+* ``confluent-avro``: written by a Confluent schema-registry serializer. The record names its writer
+  schema (``formats.confluent_framing``); the plan task fetched every writer schema the batch may
+  name from the registry and put them in the job spec (``source.value_schemas``), with the reader
+  schema (``value.schema_registry`` subject and version, ``latest`` pinned at plan time, or
+  ``value.avro_schema``). Each record is decoded with its writer schema into the reader schema, so
+  old and new records land in one shape (Avro schema resolution: a field the writer did not have
+  takes the reader's default).
+
+Records are rejected (``_error``) for: a null value; bytes that are not Confluent-framed; a schema id
+or GUID that is not among the writer schemas the plan task found; a body that does not decode; a
+required field that is null. A writer schema the reader cannot read (incompatible) is not a record's
+fault: such a record fails the batch (``formats.base.FATAL``), naming the field, before anything is
+committed.
+
+Why "does not decode" is exact: ``from_avro`` in PERMISSIVE mode gives a struct of nulls for bytes
+it cannot decode (not a null struct), and FAILFAST would fail the whole job. A good record decodes
+to all nulls only when its body is the one encoding of "every field null" for its writer schema
+(``formats.avro_schema.all_null_body``; none when a field cannot be null), so a struct of nulls with
+any other body is a failure, and a record whose fields are legitimately null is never rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from offsetbatch.formats import avro_schema
+from offsetbatch.formats.base import ERROR, FATAL, META, ValueFormat
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from pyspark.sql import Column, DataFrame
+
+    from offsetbatch.config import ValueSettings
+    from offsetbatch.jobspec import JobSpec
+
+PLAIN_WRITER = "0"  # the one writer of the ``avro`` format, keyed like a registry id in the job spec
+RESERVED = (*META, "value", ERROR)
+
+
+def check_reader_fields(fields: list[str], required: list[str], where: str) -> None:
+    """The reader's fields become columns next to the Kafka ones: refuse a clash or a required field
+    the reader does not have."""
+    clash = [f for f in fields if f.lower() in {r.lower() for r in RESERVED}]
+    if clash:
+        raise ValueError(f"{where} has field(s) {', '.join(clash)} named like the job's own columns "
+                         f"({', '.join(RESERVED)}); rename them in the reader schema")
+    missing = [f for f in required if f not in fields]
+    if missing:
+        raise ValueError(f"'required' names field(s) {', '.join(missing)} that {where} does not have")
+
+
+class AvroFormat(ValueFormat):
+    name = "avro"
+    keeps_value = False
+
+    @classmethod
+    def check(cls, value: "ValueSettings") -> None:
+        cls._refuse(value, "schema_ddl", "schema_registry")
+        if not value.avro_schema:
+            raise ValueError(f"format {value.format!r} needs 'avro_schema' (inline JSON or an .avsc file)")
+
+    @classmethod
+    def check_files(cls, value: "ValueSettings", base_dir: "Path | None") -> None:
+        if value.avro_schema:
+            text = avro_schema.load_text(value.avro_schema, base_dir)
+            check_reader_fields(avro_schema.field_names(text), list(value.required), "value.avro_schema")
+
+    @classmethod
+    def output_columns(cls, value: "ValueSettings", base_dir: "Path | None" = None) -> list[str] | None:
+        if not value.avro_schema:
+            return None
+        return [*META, *avro_schema.field_names(avro_schema.load_text(value.avro_schema, base_dir))]
+
+    @classmethod
+    def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        return decode(records, spec, F.lit(int(PLAIN_WRITER)).cast("bigint"), F.lit(None).cast("string"),
+                      F.col("value"), None)
+
+
+class ConfluentAvroFormat(AvroFormat):
+    name = "confluent-avro"
+
+    @classmethod
+    def check(cls, value: "ValueSettings") -> None:
+        cls._refuse(value, "schema_ddl")
+        if value.schema_registry is None:
+            raise ValueError(f"format {value.format!r} needs 'schema_registry' (at least its conn_id): the writer "
+                             f"schemas are fetched from it")
+
+    @classmethod
+    def reads_headers(cls, spec: "JobSpec") -> bool:
+        return spec.schema_id != "prefix"
+
+    @classmethod
+    def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
+        from pyspark.sql import functions as F
+
+        from offsetbatch.formats.confluent_framing import framing
+
+        frame = framing(spec.schema_id)
+        by_guid = F.lit(None).cast("bigint")
+        for key, writer in spec.value_schemas["writers"].items():
+            if writer.get("guid"):
+                by_guid = F.when(frame.guid == writer["guid"].replace("-", "").lower(),
+                                 F.lit(int(key)).cast("bigint")).otherwise(by_guid)
+        return decode(records, spec, F.coalesce(frame.schema_id, by_guid), frame.guid, frame.body, frame.error)
+
+
+def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", guid: "Column", body: "Column",
+           framing_error: "Column | None") -> "DataFrame":
+    """Each record's ``body`` decoded with the writer schema ``writer_id`` names, into the reader."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    schemas = spec.value_schemas
+    reader = schemas["reader"]
+    fields = [f["name"] for f in json.loads(reader)["fields"]]
+    options = {"mode": "PERMISSIVE", "avroSchema": reader}
+    writers = schemas["writers"]
+    usable = {k: w for k, w in writers.items() if not w.get("incompatible")}
+    decoded = F.when(F.lit(False), from_avro(body, reader, options))  # the reader's type when no writer is usable
+    expected_null = F.lit(None).cast("binary")
+    fatal = F.lit(None).cast("string")
+    for key, writer in writers.items():
+        is_writer = writer_id == int(key)
+        if key in usable:
+            decoded = decoded.when(is_writer, from_avro(body, writer["schema"], options))
+            if writer.get("all_null") is not None:
+                expected_null = F.when(is_writer, F.lit(bytes.fromhex(writer["all_null"]))).otherwise(expected_null)
+        else:
+            fatal = F.when(is_writer, F.lit(f"{FATAL}the reader schema ({describe_reader(schemas)}) cannot read "
+                                            f"writer {describe_writer(key, writer)}: {writer['incompatible']}. Make "
+                                            f"the reader compatible (give the field a default, or pin the reader to a "
+                                            f"version that can read it), then run again")).otherwise(fatal)
+    df = records.withColumn("_writer", writer_id).withColumn("_body", body).withColumn("_decoded", decoded)
+    writer, decoded_col = F.col("_writer"), F.col("_decoded")
+    all_null = F.lit(True)
+    for f in fields:
+        all_null = all_null & decoded_col[f].isNull()
+    missing = F.concat_ws(", ", *[F.when(decoded_col[f].isNull(), F.lit(f)) for f in spec.required])
+    any_missing = F.lit(False)
+    for f in spec.required:
+        any_missing = any_missing | decoded_col[f].isNull()
+    known = writer.isin([int(k) for k in writers]) if writers else F.lit(False)
+    where = describe_writers(schemas)
+    error = F.when(F.col("value").isNull(), F.lit("null value"))
+    if framing_error is not None:
+        error = error.when(framing_error.isNotNull(), framing_error)
+    error = (
+        error.when(writer.isNull() & guid.isNotNull(),
+                   F.concat(F.lit("schema GUID "), guid, F.lit(f" is not among the writer schemas ({where})")))
+        .when(~known, F.concat(F.lit("schema id "), writer.cast("string"),
+                               F.lit(f" is not among the writer schemas ({where})")))
+        .when(fatal.isNotNull(), fatal)
+        .when(all_null & ~F.coalesce(F.col("_body") == expected_null, F.lit(False)),
+              F.concat(F.lit("Avro body does not decode with writer schema id "), writer.cast("string")))
+        .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
+    )
+    return df.select(*META, "value", *[decoded_col[f].alias(f) for f in fields], error.alias(ERROR))
+
+
+def describe_reader(schemas: dict) -> str:
+    source = schemas.get("reader_from") or {}
+    if "subject" in source:
+        return f"subject '{source['subject']}' version {source['version']}, id {source['id']}"
+    return source.get("file", "value.avro_schema")
+
+
+def describe_writer(key: str, writer: dict) -> str:
+    if writer.get("subject"):
+        return f"schema id {key} (subject '{writer['subject']}' version {writer['version']})"
+    return "value.avro_schema" if key == PLAIN_WRITER else f"schema id {key}"
+
+
+def describe_writers(schemas: dict) -> str:
+    subjects = schemas.get("writer_subjects") or []
+    return (f"the versions of subject(s) {', '.join(subjects)} at plan time" if subjects
+            else "value.avro_schema")

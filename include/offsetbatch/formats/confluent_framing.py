@@ -1,0 +1,72 @@
+"""Confluent's wire framing as Spark columns: which writer schema a record names, and where its body
+starts. The byte layouts are documented in ``offsetbatch.source.schema_wire`` (the plan task's pure
+Python reader of the same bytes); this is the job's reading of them, one expression per record.
+
+* prefix v0: ``0x00`` + 4-byte big-endian schema id, then the body;
+* prefix v1: ``0x01`` + 16-byte GUID, then the body;
+* header: a ``__value_schema_id`` header holds ``0x01`` + GUID and the value is the bare body.
+
+``schema_id`` (the pipeline's ``value.schema_id``) says where to look: ``prefix`` (the headers are
+not even read), ``header``, or ``auto`` (the header when the record has one, else the prefix, as
+confluent-kafka's own deserializer does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from offsetbatch.source.schema_wire import GUID_PREFIX_LEN, MAGIC_GUID, MAGIC_ID, PREFIX_LEN, VALUE_HEADER
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+@dataclass(frozen=True)
+class Framing:
+    """A record's framing, as columns: ``schema_id`` (BIGINT, from a v0 prefix), ``guid`` (32 hex
+    digits, from a header or a v1 prefix), ``body`` (BINARY) and ``error`` (NULL, or why the bytes
+    are not Confluent-framed)."""
+
+    schema_id: "Column"
+    guid: "Column"
+    body: "Column"
+    error: "Column"
+
+
+def framing(where: str) -> Framing:
+    """The framing of ``value``; ``where`` is the pipeline's ``value.schema_id``."""
+    from pyspark.sql import functions as F
+
+    value = F.col("value")
+    magic = F.substring(value, 1, 1)
+    v0 = magic == F.lit(bytes([MAGIC_ID]))
+    v1 = magic == F.lit(bytes([MAGIC_GUID]))
+    prefix_id = F.when(v0, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("bigint"))
+    prefix_guid = F.when(v1, F.lower(F.hex(F.substring(value, 2, 16))))
+    prefix_body = (F.when(v0, F.expr(f"substring(value, {PREFIX_LEN + 1})"))
+                   .when(v1, F.expr(f"substring(value, {GUID_PREFIX_LEN + 1})")))
+    first_byte = F.concat(F.lit("0x"), F.lower(F.hex(magic)))
+    prefix_error = (
+        F.when(F.length(value) == 0, F.lit("not Confluent-framed: the value is empty"))
+        .when(~(v0 | v1), F.concat(F.lit("not Confluent-framed: first byte "), first_byte,
+                                   F.lit(f", expected 0x00 (schema id) or 0x01 (GUID), and no {VALUE_HEADER} header")))
+        .when(v0 & (F.length(value) < PREFIX_LEN), F.lit(f"not Confluent-framed: shorter than the {PREFIX_LEN}-byte "
+                                                          f"prefix"))
+        .when(v1 & (F.length(value) < GUID_PREFIX_LEN),
+              F.lit(f"not Confluent-framed: shorter than the {GUID_PREFIX_LEN}-byte GUID prefix"))
+    )
+    if where == "prefix":
+        return Framing(prefix_id, prefix_guid, prefix_body, prefix_error)
+    header = F.try_element_at(F.filter("kafka_headers", lambda h: h["key"] == F.lit(VALUE_HEADER)), F.lit(1))["value"]
+    header_ok = (F.substring(header, 1, 1) == F.lit(bytes([MAGIC_GUID]))) & (F.length(header) == GUID_PREFIX_LEN)
+    header_guid = F.when(header_ok, F.lower(F.hex(F.substring(header, 2, 16))))
+    header_error = F.when(~header_ok, F.lit(f"the {VALUE_HEADER} header is not 0x01 + a 16-byte GUID"))
+    if where == "header":
+        return Framing(F.lit(None).cast("bigint"), header_guid, value,
+                       F.when(header.isNull(), F.lit(f"no {VALUE_HEADER} header (value.schema_id is 'header')"))
+                       .otherwise(header_error))
+    has_header = header.isNotNull()
+    return Framing(F.when(~has_header, prefix_id), F.when(has_header, header_guid).otherwise(prefix_guid),
+                   F.when(has_header, value).otherwise(prefix_body),
+                   F.when(has_header, header_error).otherwise(prefix_error))

@@ -1,0 +1,122 @@
+"""The Avro settings at config load, and the plan task's resolution of reader and writer schemas from
+a registry. No real schema registry can run here: ``tests/schema_registry_server.py`` stands in for
+one (the documented Confluent REST routes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from schema_registry_server import SchemaRegistryServer
+
+from offsetbatch.dag import spark_jars
+from offsetbatch.errors import ArtifactError, ConfigError
+from offsetbatch.formats.avro_value import AvroFormat
+from offsetbatch.source import value_schemas
+from offsetbatch.source.schema_registry import RegistrySettings, SchemaRegistry
+
+V1 = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}]}
+V2 = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"},
+                                                 {"name": "n", "type": ["null", "int"], "default": None}]}
+
+
+def _load(tmp_path, value: dict, topics=("events",)):
+    from offsetbatch.config import load_config
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": list(topics)}, "value": value,
+                                    "sink": {"path": str(tmp_path / "t")}}))
+    return load_config(path)
+
+
+@pytest.mark.parametrize("value, topics, message", [
+    ({"format": "confluent-avro"}, ["events"], "format 'confluent-avro' needs 'schema_registry'"),
+    ({"format": "avro"}, ["events"], "format 'avro' needs 'avro_schema'"),
+    ({"format": "avro", "avro_schema": "missing.avsc"}, ["events"], "cannot read the Avro schema file .*missing.avsc"),
+    ({"format": "avro", "avro_schema": '{"type": "string"}'}, ["events"], "top level must be a record"),
+    ({"format": "avro", "avro_schema": json.dumps({**V1, "fields": [{"name": "value", "type": "string"}]})},
+     ["events"], "has field\\(s\\) value named like the job's own columns"),
+    ({"format": "avro", "avro_schema": json.dumps(V1), "required": ["n"]}, ["events"],
+     "'required' names field\\(s\\) n that value.avro_schema does not have"),
+    ({"format": "raw", "avro_schema": json.dumps(V1)}, ["events"], "format 'raw' takes no 'avro_schema'"),
+    ({"format": "json", "schema": "id STRING", "schema_registry": {}}, ["events"],
+     "format 'json' takes no 'schema_registry'"),
+    ({"format": "confluent-avro", "schema_registry": {}}, ["a", "b"], "value.schema_registry.subject is needed"),
+    ({"format": "confluent-avro", "schema_registry": {"version": 0}}, ["a"], "a subject version is a number from 1"),
+    ({"format": "confluent-avro", "schema_registry": {}, "schema_id": "trailer"}, ["a"], "schema_id"),
+])
+def test_avro_settings_that_cannot_work_fail_at_config_load_naming_the_field(tmp_path, value, topics, message):
+    with pytest.raises(ConfigError, match=message):
+        _load(tmp_path, value, topics)
+
+
+def test_an_avsc_file_is_read_relative_to_the_pipeline_file_and_gives_the_columns(tmp_path):
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "e.avsc").write_text(json.dumps(V2))
+    cfg = _load(tmp_path, {"format": "avro", "avro_schema": "schemas/e.avsc", "required": ["id"]})
+    assert AvroFormat.output_columns(cfg.value, cfg.base_dir)[-2:] == ["id", "n"]
+    schemas = value_schemas.resolve(cfg)
+    assert schemas.reader == json.dumps(V2) and list(schemas.writers) == ["0"] and schemas.registry is None
+
+
+@pytest.fixture
+def registry():
+    with SchemaRegistryServer() as server:
+        yield server
+
+
+def _client(server):
+    return lambda: SchemaRegistry(RegistrySettings.from_fields("sr", server.url))
+
+
+def test_latest_is_pinned_and_writers_registered_after_the_first_look_are_added(tmp_path, registry):
+    registry.register("events-value", json.dumps(V1))
+    cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
+    first = value_schemas.resolve(cfg, _client(registry))
+    assert first.reader_from == {"subject": "events-value", "version": 1, "id": 1} and list(first.writers) == ["1"]
+    registry.register("events-value", json.dumps(V2))
+    again = value_schemas.refreshed(cfg, first, _client(registry))
+    assert again.reader == first.reader and sorted(again.writers) == ["1", "2"]  # the reader stays pinned
+    assert again.writers["2"]["incompatible"] is None and again.writers["2"]["all_null"] is None  # id cannot be null
+    assert value_schemas.recorded(again)["writer_ids"] == [1, 2]
+    assert "reader subject events-value version 1 (id 1); 2 writer schema(s) (ids 1, 2)" in again.describe()
+
+
+def test_writers_the_job_cannot_decode_are_kept_with_the_reason(tmp_path, registry):
+    registry.register("events-value", json.dumps(V1))
+    registry.register("events-value", json.dumps({"type": "object"}), schema_type="JSON")
+    registry.register("events-value", json.dumps(V2), references=[{"name": "x.Y", "subject": "y", "version": 1}])
+    cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr", "version": 1}})
+    writers = value_schemas.resolve(cfg, _client(registry)).writers
+    assert writers["2"]["incompatible"] == "it is a JSON schema, not Avro"
+    assert writers["3"]["incompatible"].startswith("it imports named types from other subjects (references: y v1)")
+
+
+def test_a_reader_with_a_field_named_like_a_job_column_is_refused_before_the_ledger(tmp_path, registry):
+    registry.register("events-value", json.dumps({**V1, "fields": [{"name": "kafka_offset", "type": "long"}]}))
+    cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
+    with pytest.raises(ConfigError, match="pipeline p: the reader schema subject 'events-value' version 1 has "
+                                          "field\\(s\\) kafka_offset named like the job's own columns"):
+        value_schemas.resolve(cfg, _client(registry))
+
+
+def test_an_unknown_subject_names_it_and_says_no_retry_helps(tmp_path, registry):
+    cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr", "subject": "nope"}})
+    with pytest.raises(Exception, match="the latest version of subject 'nope' is not there .*needed by pipeline p "
+                                        "\\(value.schema_registry: its reader schema\\).*No retry fixes this"):
+        value_schemas.resolve(cfg, _client(registry))
+
+
+def test_an_avro_pipeline_needs_spark_avro_in_a_provided_jar_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for name in spark_jars.CONNECTOR:
+        (folder / f"{name}-1.0.jar").write_bytes(b"")
+    monkeypatch.setenv(spark_jars.ENV, str(folder))
+    assert len(spark_jars.job_jars("/t", "json")) == 4
+    with pytest.raises(ArtifactError, match=r"has no jar of spark-avro_2.13 \(Spark's Avro functions "
+                                            r"\(spark-avro_2.13\), and this pipeline's values are Avro\)"):
+        spark_jars.job_jars("/t", "confluent-avro")
+    (folder / "spark-avro_2.13-4.1.1.jar").write_bytes(b"")
+    assert len(spark_jars.job_jars("/t", "avro")) == 5
