@@ -7,6 +7,8 @@ SHELL := /bin/bash
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
 	@echo "             make demo SINK=iceberg: its Iceberg variant (one snapshot per batch, read back with pyiceberg)"
+	@echo "             make demo FORMAT=avro: on Confluent-framed Avro (two schema versions, prefix and header forms;"
+	@echo "             a stand-in schema registry, tests/schema_registry_server.py, runs for the demo)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration, then test-deploy)"
 	@echo "make test-deploy  build the images and prove docker-compose.yaml's stack (about 15 min; needs root or sudo)"
 	@echo "make deploy-up / deploy-down   the container stack (scripts/deploy.sh up / down)"
@@ -20,7 +22,7 @@ setup:
 	@scripts/setup.sh
 
 demo: setup
-	@DEMO_SINK="$(SINK)" scripts/demo.sh
+	@DEMO_SINK="$(SINK)" DEMO_FORMAT="$(FORMAT)" scripts/demo.sh
 
 test: setup
 	@. scripts/env.sh && scripts/run-tests.sh && scripts/test-deploy.sh

@@ -22,14 +22,26 @@ form writes it. Options: required basic-auth credentials or bearer token (401, e
 real registry answers), TLS with a given certificate and key, ``answer_with`` (every request gets
 that HTTP status: 500, 503, 403) and ``stop()`` (the port then refuses connections). ``requests``
 logs every request the server read, for tests that assert what was called (or that nothing was).
-Bound to 127.0.0.1 on a free port; the socket listens once the constructor returns.
+Bound to 127.0.0.1 on a free port (or ``port``); the socket listens once the constructor returns.
+
+Run as a program, it serves until SIGTERM or SIGINT, for ``make demo FORMAT=avro`` (still a stand-in,
+not a registry to deploy)::
+
+    python tests/schema_registry_server.py [--port 0] [--port-file PATH]
+
+``--port-file`` gets the registry's URL (``http://127.0.0.1:PORT``) once the socket listens, written
+whole (a temporary file renamed), so a reader that sees the file can connect at once.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import json
+import os
+import signal
 import ssl
+import sys
 import threading
 import uuid
 from dataclasses import dataclass, field
@@ -70,14 +82,14 @@ class SchemaRegistryServer:
     """A registry in a daemon thread; use as a context manager or call ``stop()``."""
 
     def __init__(self, *, basic_auth: tuple[str, str] | None = None, bearer_token: str | None = None,
-                 tls: tuple[Path, Path] | None = None) -> None:
+                 tls: tuple[Path, Path] | None = None, port: int = 0) -> None:
         self.basic_auth, self.bearer_token = basic_auth, bearer_token
         self.answer_with: int | None = None
         self.requests: list[tuple[str, str]] = []  # (method, path with query)
         self._schemas: list[_Schema] = []
         self._subjects: dict[str, list[int]] = {}  # subject -> schema ids, version n at index n-1
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._httpd.daemon_threads = True
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -220,3 +232,25 @@ class SchemaRegistryServer:
 
         return Handler
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve on 127.0.0.1 until SIGTERM/SIGINT; the port file tells a starter the server is ready."""
+    parser = argparse.ArgumentParser(description="A stand-in for the Confluent Schema Registry (tests and demo only).")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default 0: a free one)")
+    parser.add_argument("--port-file", type=Path, help="write the URL here once listening")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with SchemaRegistryServer(port=args.port) as server:
+        if args.port_file is not None:
+            partial = args.port_file.with_name(args.port_file.name + ".tmp")
+            partial.write_text(server.url + "\n")
+            os.replace(partial, args.port_file)
+        print(f"schema registry stand-in listening on {server.url}", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -4,12 +4,13 @@ write it) and the manifest (what was read and written). Both are JSON files in t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from offsetbatch import storage
 from offsetbatch.errors import ConfigError
 from offsetbatch.model import Batch, OffsetRange
+from offsetbatch.source.schema_wire import KEY_HEADER, VALUE_HEADER
 
 if TYPE_CHECKING:
     from offsetbatch.config import PipelineConfig
@@ -41,15 +42,24 @@ class JobSpec:
     # the plan task (``source.value_schemas.ValueSchemas.to_spec``); the job never asks a registry.
     value_schemas: dict | None = None
     schema_id: str = "auto"  # confluent-* formats: where a record names its schema (``value.schema_id``)
+    schema_header: str = VALUE_HEADER  # the header naming a Confluent schema (the key's view: KEY_HEADER)
+    # ``key.format`` other than raw: the key's settings (format, schema_ddl, required, value_schemas,
+    # schema_id), parsed into a struct column ``key`` (``key_view``).
+    key: dict | None = None
     version: int = SPEC_VERSION
 
     @classmethod
     def for_batch(cls, cfg: "PipelineConfig", client: "KafkaClientConfig", batch: Batch,
-                  value_schemas: dict | None = None) -> "JobSpec":
+                  value_schemas: dict | None = None, key_schemas: dict | None = None) -> "JobSpec":
         """Everything the job needs of the pipeline's config for ``batch``: the one place that maps
         config fields to the contract. A replay stages under its own id and publishes under its
         target's. Only the connection's non-secret Kafka options (the secrets reach the job in a
-        private file). ``value_schemas``: the Avro schemas the plan task resolved for this batch."""
+        private file). ``value_schemas``, ``key_schemas``: the Avro schemas the plan task resolved
+        for this batch's values and keys."""
+        key = cfg.key
+        key_settings = None if key.format == "raw" else {
+            "format": key.format, "schema_ddl": key.schema_ddl, "required": list(key.required),
+            "value_schemas": key_schemas, "schema_id": key.schema_id}
         return cls(
             pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
             kafka_options=client.spark_options(), ranges=[r.to_dict() for r in batch.ranges],
@@ -57,8 +67,17 @@ class JobSpec:
             required=list(cfg.value.required), transform_sql=cfg.transform.sql,
             transform_python=cfg.transform.python, isolation_level=cfg.kafka.isolation_level,
             records_per_task=cfg.spark.records_per_task, value_schemas=value_schemas,
-            schema_id=cfg.value.schema_id,
+            schema_id=cfg.value.schema_id, key=key_settings,
         )
+
+    def key_view(self) -> "JobSpec | None":
+        """The spec as the key's format sees it (its settings in the value's places), or ``None``
+        when keys stay bytes."""
+        if self.key is None:
+            return None
+        return replace(self, value_format=self.key["format"], schema_ddl=self.key["schema_ddl"],
+                       required=self.key["required"], value_schemas=self.key["value_schemas"],
+                       schema_id=self.key["schema_id"], schema_header=KEY_HEADER, key=None)
 
     @property
     def offset_ranges(self) -> list[OffsetRange]:

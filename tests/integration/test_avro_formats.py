@@ -31,10 +31,10 @@ TOPIC = "events"
 START = datetime(2026, 10, 5, tzinfo=timezone.utc)
 
 
-def _config(tmp_path, value: dict):
+def _config(tmp_path, value: dict, key: dict | None = None):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "avro_p", "kafka": {"topics": [TOPIC]}, "value": value,
-                                    "sink": {"path": str(tmp_path / "table")}}))
+                                    "sink": {"path": str(tmp_path / "table")}, **({"key": key} if key else {})}))
     return load_config(path)
 
 
@@ -174,3 +174,44 @@ def _client(registry):
     from offsetbatch.source.schema_registry import RegistrySettings, SchemaRegistry
 
     return SchemaRegistry(RegistrySettings.from_fields("sr", registry.url))
+
+
+def test_keys_parse_with_their_own_format_into_a_key_column(spark, tmp_path, registry):
+    """``key.format: confluent-avro`` with JSON values: the key's fields in ``key`` (NULL for a null
+    key); a bad key rejects the record after the value's own reasons."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient, header_schema_id_serializer
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from offsetbatch.job.transform import parse_records
+    from offsetbatch.jobspec import JobSpec
+
+    key_schema = json.dumps({"type": "record", "name": "Key", "fields": [{"name": "user_id", "type": "int"}]})
+    client = SchemaRegistryClient({"url": registry.url})
+    headers: list = []
+    prefix_key = AvroSerializer(client, key_schema)({"user_id": 7}, SerializationContext(TOPIC, MessageField.KEY))
+    header_key = AvroSerializer(client, key_schema, conf={"schema.id.serializer": header_schema_id_serializer})(
+        {"user_id": 8}, SerializationContext(TOPIC, MessageField.KEY, headers))
+    assert headers[0][0] == "__key_schema_id"
+    cfg = _config(tmp_path, {"format": "json", "schema": "event_id STRING", "required": ["event_id"]},
+                  key={"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
+    schemas = value_schemas.resolve(cfg, registry=lambda: _client(registry), role="key")
+    assert schemas.reader_from["subject"] == "events-key"
+    spec = JobSpec(pipeline="p", batch_id=1, output_id=1, bootstrap="x:1", ranges=[], sink={"path": "/t"},
+                   value_format="json", schema_ddl="event_id STRING", required=["event_id"],
+                   key={"format": "confluent-avro", "schema_ddl": None, "required": [],
+                        "value_schemas": schemas.to_spec(), "schema_id": "auto"})
+    good = b'{"event_id": "a"}'
+    rows = [(prefix_key, [], good), (header_key, headers, good), (None, [], good), (b"\x07junk", [], good),
+            (prefix_key, [], b"{broken")]
+    frame = spark.createDataFrame(
+        [("t", 0, i, None, k, h, v) for i, (k, h, v) in enumerate(rows)],
+        "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, kafka_key BINARY, "
+        "kafka_headers ARRAY<STRUCT<key: STRING, value: BINARY>>, value BINARY")
+    got = sorted(parse_records(frame, spec).collect(), key=lambda r: r.kafka_offset)
+    assert [(r.event_id, r.key and r.key.user_id, r[ERROR]) for r in got] == [
+        ("a", 7, None), ("a", 8, None), ("a", None, None),
+        ("a", None, "key: not Confluent-framed: first byte 0x07, expected 0x00 (schema id) or 0x01 (GUID), and no "
+                    "__key_schema_id header"),
+        (None, 7, "malformed JSON")]
+

@@ -90,7 +90,7 @@ def test_the_dev_tooling_finds_the_checkouts_files_from_scripts_dev():
     assert throughput.JOB == PROJECT_ROOT / "jobs" / "offsetbatch_job.py" and throughput.JOB.is_file()
     assert throughput.RAW_READ_APP == PROJECT_ROOT / "scripts/dev/offsetbatch_dev/bench/raw_read_app.py"
     assert throughput.RAW_READ_APP.is_file()
-    for kind in ("structured_streaming", "batch_read"):
+    for kind in ("structured_streaming", "batch_read", "structured_streaming_avro"):
         peer = throughput.PEERS / f"{kind}.py"
         imported = {(n.module if isinstance(n, ast.ImportFrom) else a.name).split(".")[0]
                     for n in ast.walk(ast.parse(peer.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from offsetbatch.config import validation
 from offsetbatch.errors import ConfigError
-from offsetbatch.formats import ERROR, FORMATS, META
+from offsetbatch.formats import ERROR, FORMATS, KEY_COLUMN, META
 from offsetbatch.formats.json_value import CORRUPT as JSON_CORRUPT
 from offsetbatch.paths import bundled_pipelines_dir
 from offsetbatch.sinks import SINKS, SinkSettings, settings_for
@@ -227,6 +227,8 @@ class PipelineConfig(_Model):
     caps: Caps = Caps()
     on_data_loss: Literal["fail", "skip"] = "fail"
     value: ValueSettings = ValueSettings(format="raw")
+    key: ValueSettings = Field(ValueSettings(format="raw"), description="how the job parses Kafka keys (the same "
+                               "settings as value:); a format other than raw adds a struct column 'key'")
     transform: TransformSettings = TransformSettings()
     sink: SinkSettings
     consumer_group: str | None = Field(None, description="group the committed frontier is published to")
@@ -273,6 +275,8 @@ class PipelineConfig(_Model):
         if column is None or self.transform.sql or self.transform.python:
             return self
         known = FORMATS[self.value.format].output_columns(self.value, self.base_dir)
+        if known is not None and self.key.format != "raw":
+            known = [*known, KEY_COLUMN]
         if known is not None and column.lower() not in {c.lower() for c in known}:
             raise ValueError(f"sink.event_time_column {column!r} is not a column of the output (its columns: "
                              f"{', '.join(known)}); name one of them, or add it with transform.sql")
@@ -281,12 +285,20 @@ class PipelineConfig(_Model):
     @model_validator(mode="after")
     def _value_schema_loads(self) -> "PipelineConfig":
         """An Avro schema file that is missing or not Avro fails here, not in the plan task."""
-        FORMATS[self.value.format].check_files(self.value, self.base_dir)
-        if self.value.format == "confluent-avro" and not (self.value.schema_registry and (
-                self.value.schema_registry.subject or self.value.avro_schema)) and len(self.kafka.topics or []) != 1:
-            raise ValueError("value.schema_registry.subject is needed when the pipeline reads more than one topic or "
-                             "a pattern (the default, '<topic>-value', needs exactly one topic); or give "
-                             "value.avro_schema as the reader schema and value.schema_registry.writer_subjects")
+        for role in ("value", "key"):
+            settings = getattr(self, role)
+            FORMATS[settings.format].check_files(settings, self.base_dir)
+            ref = settings.schema_registry
+            if (settings.format == "confluent-avro" and not (ref and (ref.subject or settings.avro_schema))
+                    and len(self.kafka.topics or []) != 1):
+                raise ValueError(f"{role}.schema_registry.subject is needed when the pipeline reads more than one topic "
+                                 f"or a pattern (the default, '<topic>-{role}', needs exactly one topic); or give "
+                                 f"{role}.avro_schema as the reader schema and {role}.schema_registry.writer_subjects")
+        if self.key.format != "raw":
+            columns = FORMATS[self.value.format].output_columns(self.value, self.base_dir) or []
+            if KEY_COLUMN in columns:
+                raise ValueError(f"key.format {self.key.format!r} adds the column '{KEY_COLUMN}', which the value "
+                                 f"already has; rename the value's field")
         return self
 
     @property

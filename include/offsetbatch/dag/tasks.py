@@ -41,11 +41,14 @@ from offsetbatch.source.connection import KafkaClientConfig, from_connection
 log = logging.getLogger(__name__)
 
 
-def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch,
-               schemas: value_schemas.ValueSchemas | None = None) -> str:
+Schemas = dict[str, value_schemas.ValueSchemas | None]  # by role: "value", "key"
+
+
+def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch, schemas: Schemas | None = None) -> str:
     """The job spec of ``batch`` (``JobSpec.for_batch``), where the job and the commit find it."""
     uri = pipeline.sink.staging.spec(batch.batch_id)
-    JobSpec.for_batch(pipeline.cfg, client, batch, schemas.to_spec() if schemas else None).save(uri)
+    found = {role: s.to_spec() for role, s in (schemas or {}).items() if s is not None}
+    JobSpec.for_batch(pipeline.cfg, client, batch, found.get("value"), found.get("key")).save(uri)
     return uri
 
 
@@ -75,14 +78,15 @@ def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: dateti
         pipeline.sink.check_writable()
         # The schema registry too: down, refusing the credentials, or without the subject, it fails
         # the task here, before the ledger is opened. A reset needs no schema.
-        schemas = value_schemas.resolve(cfg) if request.mode != "reset" else None
+        schemas = ({role: value_schemas.resolve(cfg, role=role) for role in ("value", "key")}
+                   if request.mode != "reset" else None)
         with pipeline.ledger(create=ownership.creates_ledger(pipeline.sink)) as ledger:
             return _plan_with(pipeline, ledger, kafka, request, RunInfo(dag_id, run_id, interval[0], interval[1],
                                                                          request, run_type), interval, schemas)
 
 
 def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest, run: RunInfo,
-               interval: tuple, schemas: value_schemas.ValueSchemas | None = None) -> dict:
+               interval: tuple, schemas: Schemas | None = None) -> dict:
     """The plan (or reset) itself, once Kafka has accepted the pipeline's user and topics (and the
     schema registry, ``schemas``, resolved before the ledger was opened)."""
     cfg = pipeline.cfg
@@ -93,7 +97,7 @@ def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: R
     result = plan_for_run(pipeline, ledger, kafka, run)
     client = kafka.client
     faults.checkpoint("plan.after_commit")
-    if result.needs_work and schemas is not None:
+    if result.needs_work and schemas and any(schemas.values()):
         schemas = _pin_schemas(pipeline, ledger, result.batches, schemas)
     batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
                 "ranges": [str(r) for r in b.ranges],
@@ -104,16 +108,20 @@ def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: R
             "run_type": run.run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
 
 
-def _pin_schemas(pipeline: Pipeline, ledger: Ledger, batches: list[Batch],
-                 schemas: value_schemas.ValueSchemas) -> value_schemas.ValueSchemas:
+def _pin_schemas(pipeline: Pipeline, ledger: Ledger, batches: list[Batch], schemas: Schemas) -> Schemas:
     """The schemas the batches' specs get: the writer versions registered while the plan ran added,
-    the reader as resolved before (``latest`` stays pinned), recorded in the ledger per batch."""
-    schemas = value_schemas.refreshed(pipeline.cfg, schemas)
+    the readers as resolved before (``latest`` stays pinned), recorded in the ledger per batch."""
+    schemas = {role: value_schemas.refreshed(pipeline.cfg, s, role=role) for role, s in schemas.items()}
+    found = {role: s for role, s in schemas.items() if s is not None}
+    detail = value_schemas.recorded(found["value"]) if "value" in found else {}
+    if "key" in found:
+        detail = {**detail, "key": value_schemas.recorded(found["key"])}
     with ledger.lock(pipeline.name) as conn:
         for b in batches:
-            ledger.event(conn, pipeline.name, "value_schema", value_schemas.recorded(schemas), b.batch_id)
+            ledger.event(conn, pipeline.name, "value_schema", detail, b.batch_id)
     for b in batches:
-        log.info("pipeline %s batch %d: value schemas: %s", pipeline.name, b.batch_id, schemas.describe())
+        for role, s in found.items():
+            log.info("pipeline %s batch %d: %s schemas: %s", pipeline.name, b.batch_id, role, s.describe())
     return schemas
 
 

@@ -16,7 +16,9 @@ FORMATS: dict[str, type[ValueFormat]] = {
     AvroFormat.name: AvroFormat,
     ConfluentAvroFormat.name: ConfluentAvroFormat,
 }
+# The struct column a key format other than raw adds to the records (its fields; NULL for a null key).
+KEY_COLUMN = "key"
 # Formats whose job needs Spark's Avro functions (spark-avro_2.13, ``dag.spark_jars``).
 AVRO_FORMATS = (AvroFormat.name, ConfluentAvroFormat.name)
 
-__all__ = ["AVRO_FORMATS", "ERROR", "FATAL", "FORMATS", "META", "ValueFormat"]
+__all__ = ["AVRO_FORMATS", "ERROR", "FATAL", "FORMATS", "KEY_COLUMN", "META", "ValueFormat"]

@@ -105,8 +105,9 @@ class ConfluentAvroFormat(AvroFormat):
         from pyspark.sql import functions as F
 
         from offsetbatch.formats.confluent_framing import framing
+        from offsetbatch.source.schema_wire import VALUE_HEADER
 
-        frame = framing(spec.schema_id)
+        frame = framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER))
         by_guid = F.lit(None).cast("bigint")
         for key, writer in spec.value_schemas["writers"].items():
             if writer.get("guid"):
@@ -141,6 +142,7 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", guid: "Co
                                             f"writer {describe_writer(key, writer)}: {writer['incompatible']}. Make "
                                             f"the reader compatible (give the field a default, or pin the reader to a "
                                             f"version that can read it), then run again")).otherwise(fatal)
+    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
     df = records.withColumn("_writer", writer_id).withColumn("_body", body).withColumn("_decoded", decoded)
     writer, decoded_col = F.col("_writer"), F.col("_decoded")
     all_null = F.lit(True)
@@ -165,7 +167,7 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", guid: "Co
               F.concat(F.lit("Avro body does not decode with writer schema id "), writer.cast("string")))
         .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     )
-    return df.select(*META, "value", *[decoded_col[f].alias(f) for f in fields], error.alias(ERROR))
+    return df.select(*META, "value", *[decoded_col[f].alias(f) for f in fields], error.alias(ERROR), *passthrough)
 
 
 def describe_reader(schemas: dict) -> str:

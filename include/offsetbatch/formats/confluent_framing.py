@@ -34,8 +34,9 @@ class Framing:
     error: "Column"
 
 
-def framing(where: str) -> Framing:
-    """The framing of ``value``; ``where`` is the pipeline's ``value.schema_id``."""
+def framing(where: str, header_name: str = VALUE_HEADER) -> Framing:
+    """The framing of ``value``; ``where`` is the pipeline's ``value.schema_id`` (or ``key.schema_id``,
+    with ``header_name`` the key's header, when ``value`` holds the key)."""
     from pyspark.sql import functions as F
 
     value = F.col("value")
@@ -50,7 +51,7 @@ def framing(where: str) -> Framing:
     prefix_error = (
         F.when(F.length(value) == 0, F.lit("not Confluent-framed: the value is empty"))
         .when(~(v0 | v1), F.concat(F.lit("not Confluent-framed: first byte "), first_byte,
-                                   F.lit(f", expected 0x00 (schema id) or 0x01 (GUID), and no {VALUE_HEADER} header")))
+                                   F.lit(f", expected 0x00 (schema id) or 0x01 (GUID), and no {header_name} header")))
         .when(v0 & (F.length(value) < PREFIX_LEN), F.lit(f"not Confluent-framed: shorter than the {PREFIX_LEN}-byte "
                                                           f"prefix"))
         .when(v1 & (F.length(value) < GUID_PREFIX_LEN),
@@ -58,13 +59,13 @@ def framing(where: str) -> Framing:
     )
     if where == "prefix":
         return Framing(prefix_id, prefix_guid, prefix_body, prefix_error)
-    header = F.try_element_at(F.filter("kafka_headers", lambda h: h["key"] == F.lit(VALUE_HEADER)), F.lit(1))["value"]
+    header = F.try_element_at(F.filter("kafka_headers", lambda h: h["key"] == F.lit(header_name)), F.lit(1))["value"]
     header_ok = (F.substring(header, 1, 1) == F.lit(bytes([MAGIC_GUID]))) & (F.length(header) == GUID_PREFIX_LEN)
     header_guid = F.when(header_ok, F.lower(F.hex(F.substring(header, 2, 16))))
-    header_error = F.when(~header_ok, F.lit(f"the {VALUE_HEADER} header is not 0x01 + a 16-byte GUID"))
+    header_error = F.when(~header_ok, F.lit(f"the {header_name} header is not 0x01 + a 16-byte GUID"))
     if where == "header":
         return Framing(F.lit(None).cast("bigint"), header_guid, value,
-                       F.when(header.isNull(), F.lit(f"no {VALUE_HEADER} header (value.schema_id is 'header')"))
+                       F.when(header.isNull(), F.lit(f"no {header_name} header (schema_id is 'header')"))
                        .otherwise(header_error))
     has_header = header.isNotNull()
     return Framing(F.when(~has_header, prefix_id), F.when(has_header, header_guid).otherwise(prefix_guid),

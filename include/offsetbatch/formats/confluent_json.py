@@ -24,6 +24,7 @@ class ConfluentJsonFormat(JsonFormat):
     @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
         from offsetbatch.formats.confluent_framing import framing
+        from offsetbatch.source.schema_wire import VALUE_HEADER
 
-        frame = framing(spec.schema_id)
+        frame = framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER))
         return parse_json_body(records, spec, frame.body, frame.error)

@@ -73,6 +73,7 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
     DDL; ``framing_error``: a reason to reject the record before its JSON is looked at (NULL if none)."""
     from pyspark.sql import functions as F
 
+    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
     text = body.cast("string")
     parsed = F.from_json(text, f"{spec.schema_ddl}, {CORRUPT} STRING",
                          {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
@@ -99,4 +100,5 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
               .otherwise(F.lit("schema mismatch: value does not fit the declared schema")))
         .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     )
-    return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR))
+    return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR),
+                     *passthrough)

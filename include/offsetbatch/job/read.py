@@ -49,11 +49,13 @@ def reads_headers(spec: JobSpec) -> bool:
     """Whether the batch's output can contain ``kafka_headers``. Spark's Kafka source builds the
     headers array of every record when asked (its scan prunes no column), so it is asked only when
     the output may hold them: no transform, a Python one, or SQL that names ``kafka_headers`` or
-    has a ``*`` (conservative: ``count(*)`` counts as one); and when the value format needs them
-    (a Confluent schema id in a header)."""
+    has a ``*`` (conservative: ``count(*)`` counts as one); and when the value's or the key's format
+    needs them (a Confluent schema id in a header)."""
     from offsetbatch.formats import FORMATS
 
-    if FORMATS[spec.value_format].reads_headers(spec) or spec.transform_python or not spec.transform_sql:
+    key = spec.key_view()
+    if (FORMATS[spec.value_format].reads_headers(spec) or (key is not None and FORMATS[key.value_format].reads_headers(key))
+            or spec.transform_python or not spec.transform_sql):
         return True
     sql = spec.transform_sql.lower()
     return "kafka_headers" in sql or "*" in sql

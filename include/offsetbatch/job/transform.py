@@ -48,11 +48,42 @@ FIX = ("Nothing was read from Kafka. Fix {field} in the pipeline's config: the b
        "executes it unchanged.")
 
 
+def parse_keys(records: DataFrame, key: JobSpec) -> DataFrame:
+    """``records`` with their keys parsed by ``key.format`` (``key``: ``JobSpec.key_view``) into the
+    struct column ``KEY_COLUMN`` (NULL for a null key) and the key's reason to reject in
+    ``_key_error``. The key format's parse runs on the key in the value's place."""
+    from pyspark.sql import functions as F
+
+    from offsetbatch.formats import ERROR, KEY_COLUMN, META
+
+    swapped = records.withColumnRenamed("value", "_value").withColumn("value", F.col("kafka_key"))
+    keyed = FORMATS[key.value_format].parse(swapped, key)
+    fields = [c for c in keyed.columns if c not in (*META, "value", ERROR, "_value")]
+    has_key = F.col("kafka_key").isNotNull()
+    return keyed.select(*META, F.col("_value").alias("value"),
+                        F.when(has_key, F.struct(*fields)).alias(KEY_COLUMN),
+                        F.when(has_key, F.col(ERROR)).alias("_key_error"))
+
+
 def parse_records(records: DataFrame, spec: JobSpec) -> DataFrame:
-    """``records`` parsed with the pipeline's value format; a ``value.schema`` Spark cannot read
-    fails here, at analysis, before any Kafka read (Spark reads Kafka only when an action runs)."""
+    """``records`` parsed with the pipeline's value format (and key format); a ``value.schema``
+    Spark cannot read fails here, at analysis, before any Kafka read (Spark reads Kafka only when an
+    action runs). A record whose value is good but whose key is not is rejected, ``key: <reason>``."""
+    from pyspark.sql import functions as F
+
+    from offsetbatch.formats import ERROR, FATAL
+
     try:
+        key = spec.key_view()
+        if key is not None:
+            records = parse_keys(records, key)
         parsed = FORMATS[spec.value_format].parse(records, spec)
+        if key is not None:
+            key_error = F.col("_key_error")
+            error = F.coalesce(F.col(ERROR), F.when(key_error.startswith(FATAL),  # stays fatal
+                                                    F.concat(F.lit(f"{FATAL}key: "), F.substring(key_error, len(FATAL) + 1, 1 << 20)))
+                               .otherwise(F.concat(F.lit("key: "), key_error)))
+            parsed = parsed.withColumn(ERROR, error).drop("_key_error")
         parsed.schema  # noqa: B018 - forces analysis
         return parsed
     except Exception as exc:  # noqa: BLE001 - whatever Spark says about the schema, the user needs it

@@ -57,45 +57,48 @@ class ValueSchemas:
                 f"{'; incompatible with the reader: ids ' + ', '.join(bad) if bad else ''}")
 
 
-def resolve(cfg: "PipelineConfig", registry: "Callable[[], SchemaRegistry] | None" = None) -> ValueSchemas | None:
-    """The pipeline's schemas now, or ``None`` for a format that has none. ``registry`` opens the
-    registry client (default: the pipeline's ``value.schema_registry.conn_id``)."""
-    value, where = cfg.value, f"pipeline {cfg.name}"
-    if value.format == "avro":
-        text = _reader_file(cfg)
-        return ValueSchemas(text, {"file": _file_name(cfg)}, {PLAIN_WRITER: _writer(text, text, None)})
-    if value.format != "confluent-avro":
+def resolve(cfg: "PipelineConfig", registry: "Callable[[], SchemaRegistry] | None" = None,
+            role: str = "value") -> ValueSchemas | None:
+    """The schemas of the pipeline's values (``role`` "value") or keys ("key") now, or ``None`` for a
+    format that has none. ``registry`` opens the registry client (default: the ``schema_registry``
+    connection of ``cfg.value`` or ``cfg.key``)."""
+    settings, where = getattr(cfg, role), f"pipeline {cfg.name}"
+    if settings.format == "avro":
+        text = _reader_file(cfg, role)
+        return ValueSchemas(text, {"file": _file_name(cfg, role)}, {PLAIN_WRITER: _writer(text, text, None)})
+    if settings.format != "confluent-avro":
         return None
-    ref = value.schema_registry
-    subject = ref.subject or f"{cfg.kafka.topics[0]}-value"
-    with _open(cfg, registry) as reg:
-        if value.avro_schema:
-            reader, reader_from = _reader_file(cfg), {"file": _file_name(cfg)}
+    ref = settings.schema_registry
+    subject = ref.subject or f"{cfg.kafka.topics[0]}-{role}"
+    with _open(cfg, registry, role) as reg:
+        if settings.avro_schema:
+            reader, reader_from = _reader_file(cfg, role), {"file": _file_name(cfg, role)}
         else:
-            found = reg.subject_version(subject, ref.version, f"{where} (value.schema_registry: its reader schema)")
-            _refuse_unusable(found, f"{where}: the reader schema, subject '{subject}' version {found.version}")
+            found = reg.subject_version(subject, ref.version, f"{where} ({role}.schema_registry: its reader schema)")
+            _refuse_unusable(found, f"{where}: the {role} reader schema, subject '{subject}' version {found.version}",
+                             role)
             reader = found.schema_str
             reader_from = {"subject": subject, "version": found.version, "id": found.schema_id}
-            _check_reader(cfg, reader, f"subject '{subject}' version {found.version}")
+            _check_reader(cfg, reader, f"subject '{subject}' version {found.version}", role)
         schemas = ValueSchemas(reader, reader_from, {}, list(ref.writer_subjects or [subject]), reg.settings.url)
         return _with_writers(schemas, reg, where)
 
 
 def refreshed(cfg: "PipelineConfig", schemas: ValueSchemas | None,
-              registry: "Callable[[], SchemaRegistry] | None" = None) -> ValueSchemas | None:
+              registry: "Callable[[], SchemaRegistry] | None" = None, role: str = "value") -> ValueSchemas | None:
     """``schemas`` with the writer versions registered since (same reader)."""
     if schemas is None or schemas.registry is None:
         return schemas
-    with _open(cfg, registry) as reg:
+    with _open(cfg, registry, role) as reg:
         return _with_writers(schemas, reg, f"pipeline {cfg.name}")
 
 
-def _open(cfg: "PipelineConfig", registry: "Callable[[], SchemaRegistry] | None") -> "SchemaRegistry":
+def _open(cfg: "PipelineConfig", registry: "Callable[[], SchemaRegistry] | None", role: str) -> "SchemaRegistry":
     if registry is not None:
         return registry()
     from offsetbatch.source.schema_registry import SchemaRegistry
 
-    return SchemaRegistry.from_connection(cfg.value.schema_registry.conn_id, "value.schema_registry.conn_id")
+    return SchemaRegistry.from_connection(getattr(cfg, role).schema_registry.conn_id, f"{role}.schema_registry.conn_id")
 
 
 def _with_writers(schemas: ValueSchemas, reg: "SchemaRegistry", where: str) -> ValueSchemas:
@@ -135,34 +138,34 @@ def _writer(reader: str, text: str, found: "RegistrySchema | None") -> dict:
             "all_null": body.hex() if body is not None else None, "incompatible": problem}
 
 
-def _refuse_unusable(found: "RegistrySchema", what: str) -> None:
+def _refuse_unusable(found: "RegistrySchema", what: str, role: str) -> None:
     if found.schema_type.upper() != "AVRO":
         raise ConfigError(f"{what} is a {found.schema_type} schema; format 'confluent-avro' needs an Avro one. "
-                          f"Point value.schema_registry.subject at the Avro subject.")
+                          f"Point {role}.schema_registry.subject at the Avro subject.")
     if found.references:
         raise ConfigError(f"{what} imports named types from other subjects, which offsetbatch does not resolve yet; "
-                          f"give the full schema as value.avro_schema instead.")
+                          f"give the full schema as {role}.avro_schema instead.")
 
 
-def _check_reader(cfg: "PipelineConfig", text: str, what: str) -> None:
+def _check_reader(cfg: "PipelineConfig", text: str, what: str, role: str) -> None:
     try:
-        check_reader_fields(avro_schema.field_names(text), list(cfg.value.required), what)
+        check_reader_fields(avro_schema.field_names(text), list(getattr(cfg, role).required), what)
     except ValueError as exc:
-        raise ConfigError(f"pipeline {cfg.name}: the reader schema {exc}") from None
+        raise ConfigError(f"pipeline {cfg.name}: the {role} reader schema {exc}") from None
 
 
-def _file_name(cfg: "PipelineConfig") -> str:
-    given = cfg.value.avro_schema or ""
-    return "value.avro_schema (inline)" if given.lstrip().startswith("{") else given
+def _file_name(cfg: "PipelineConfig", role: str) -> str:
+    given = getattr(cfg, role).avro_schema or ""
+    return f"{role}.avro_schema (inline)" if given.lstrip().startswith("{") else given
 
 
-def _reader_file(cfg: "PipelineConfig") -> str:
+def _reader_file(cfg: "PipelineConfig", role: str) -> str:
     try:
-        text = avro_schema.load_text(cfg.value.avro_schema or "", cfg.base_dir)
+        text = avro_schema.load_text(getattr(cfg, role).avro_schema or "", cfg.base_dir)
         avro_schema.parse(text)
     except avro_schema.AvroSchemaError as exc:
-        raise ConfigError(f"pipeline {cfg.name}: value.avro_schema: {exc}") from None
-    _check_reader(cfg, text, "value.avro_schema")
+        raise ConfigError(f"pipeline {cfg.name}: {role}.avro_schema: {exc}") from None
+    _check_reader(cfg, text, f"{role}.avro_schema", role)
     return text
 
 

@@ -6,6 +6,10 @@ prints the ledger and the output, and ends with the exactly-once check.
 
 ``DEMO_SINK=iceberg`` (``make demo SINK=iceberg``) runs the Iceberg variant instead
 (``include/pipelines/iceberg``): the table is read back with pyiceberg, snapshot by snapshot.
+
+``DEMO_FORMAT=avro`` (``make demo FORMAT=avro``) runs it on Confluent-framed Avro values instead
+(``offsetbatch_dev.demo_avro``): a stand-in schema registry in a subprocess, the events written by
+confluent-kafka's ``AvroSerializer`` in two schema versions and both wire forms.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -29,7 +34,8 @@ from offsetbatch.ops.status import pipeline_status
 from offsetbatch.paths import local_dir
 from offsetbatch.sinks.iceberg.catalog import catalog_url
 from offsetbatch.source.admin import KafkaAdmin
-from offsetbatch_dev import verify
+from offsetbatch_dev import demo_avro, verify
+from offsetbatch_dev.sample.avro_events import MALFORMED as AVRO_MALFORMED
 from offsetbatch_dev.sample.producer import produce
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 
@@ -70,16 +76,36 @@ def _drop_iceberg_tables(cfg) -> None:
         catalog.engine.dispose()
 
 
+def _avro() -> bool:
+    """Whether ``make demo FORMAT=avro`` asked for Avro values (only on the files sink)."""
+    fmt = os.environ.get("DEMO_FORMAT", "") or "json"
+    if fmt not in ("json", "avro"):
+        raise SystemExit(f"DEMO_FORMAT (make demo FORMAT=...) is 'json' or 'avro', not {fmt!r}")
+    if fmt == "avro" and os.environ.get("DEMO_SINK", "") not in ("", "files"):
+        raise SystemExit("make demo FORMAT=avro runs on the files sink only: leave SINK unset")
+    return fmt == "avro"
+
+
+def _install(variant: Path) -> None:
+    """Add a variant's config (file or folder) to the pipelines this process and its ``airflow dags
+    test`` runs read."""
+    os.environ["OFFSETBATCH_PIPELINES"] = os.pathsep.join(
+        [os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR)), str(variant)])
+
+
 def _pipeline() -> str:
-    """The sample pipeline's config, or its Iceberg variant's (installed for this process and the
-    ``airflow dags test`` runs it starts)."""
+    """The sample pipeline's config, or its Iceberg or Avro variant's (installed for this process and
+    the ``airflow dags test`` runs it starts)."""
+    if _avro():
+        config = demo_avro.write_config(local_dir() / "demo")
+        _install(config)
+        return str(config)
     if os.environ.get("DEMO_SINK", "") in ("", "files"):
         return str(PIPELINES_DIR / "sample_events.yaml")
     if os.environ["DEMO_SINK"] != "iceberg":
         raise SystemExit(f"DEMO_SINK (make demo SINK=...) is 'files' or 'iceberg', not {os.environ['DEMO_SINK']!r}")
     variant = PIPELINES_DIR / "iceberg"
-    os.environ["OFFSETBATCH_PIPELINES"] = os.pathsep.join(
-        [os.environ.get("OFFSETBATCH_PIPELINES", str(PIPELINES_DIR)), str(variant)])
+    _install(variant)
     return str(variant / "sample_events_iceberg.yaml")
 
 
@@ -88,17 +114,26 @@ def main() -> int:
     took = broker.start()
     console.print(f"[bold]1.[/] Kafka broker ready on {broker.bootstrap} ({took:.1f}s)")
     cfg = load_config(_pipeline())
-    with Ledger.for_config(cfg, create=True) as ledger:  # the demo starts the sample pipeline afresh
+    logs = local_dir() / "demo"
+    logs.mkdir(parents=True, exist_ok=True)
+    registry: AbstractContextManager[str | None] = demo_avro.registry(logs) if _avro() else nullcontext()
+    # the demo starts the sample pipeline afresh; the registry (Avro) is stopped on any way out
+    with Ledger.for_config(cfg, create=True) as ledger, registry as registry_url:
         _reset(cfg, ledger, broker.bootstrap)
 
         first_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS + 1)
+        avro: dict = {}
+        if registry_url is not None:
+            os.environ[demo_avro.CONN_ENV] = demo_avro.connection(registry_url)  # for the `airflow dags test` runs
+            switch = first_hour + timedelta(hours=HOURS / 2)
+            avro = {"encoder": demo_avro.encoder(registry_url, switch), "malformed_values": AVRO_MALFORMED}
+            console.print(f"   schema registry stand-in (tests/schema_registry_server.py) ready on {registry_url}; "
+                          f"Avro values: EVENT_V1 in the prefix form before {switch:%H:%M}Z, EVENT_V2 in the header form from then")
         console.print(f"[bold]2.[/] Producing sample events to {cfg.kafka.topics[0]} for {HOURS} simulated hours from {first_hour:%Y-%m-%d %H:%M}Z")
         produced = produce(broker.bootstrap, cfg.kafka.topics[0], int(os.environ.get("DEMO_RECORDS", "20000")),
-                           partitions=4, start=first_hour, hours=HOURS, malformed_fraction=0.01)
+                           partitions=4, start=first_hour, hours=HOURS, malformed_fraction=0.01, **avro)
         console.print(f"   produced {produced.total} records: {len(produced.valid_ids)} valid, {len(produced.malformed)} malformed")
 
-        logs = local_dir() / "demo"
-        logs.mkdir(parents=True, exist_ok=True)
         console.print(f"[bold]3.[/] Running {HOURS} hourly DAG runs of {cfg.dag_id} with `airflow dags test` (logs in {logs})")
         for i in range(1, HOURS + 1):
             logical = first_hour + timedelta(hours=i - 1)  # a run at logical date L reads [L, L+1h)
@@ -138,6 +173,8 @@ def main() -> int:
             per_batch = verify.output_batches(cfg.sink.path)
             console.print(f"   output rows per batch in {cfg.sink.path}: "
                           + ", ".join(f"batch {k}: {v}" for k, v in sorted(per_batch.items())))
+            if registry_url is not None:
+                console.print("   " + demo_avro.schemas_line(ledger, cfg.name, registry_url))
             console.print("[bold]5.[/] Exactly-once check (output ids vs produced ids, rejected vs malformed offsets)")
             result = verify.check(cfg.sink.path, produced.valid_ids, produced.malformed, ledger, cfg.name)
         console.print(("   [green]" if result.ok else "   [red]") + result.summary() + "[/]")

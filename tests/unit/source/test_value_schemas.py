@@ -51,6 +51,20 @@ def test_avro_settings_that_cannot_work_fail_at_config_load_naming_the_field(tmp
         _load(tmp_path, value, topics)
 
 
+def test_a_key_format_adds_a_key_column_that_the_value_must_not_have(tmp_path):
+    from offsetbatch.config import load_config
+
+    path = tmp_path / "p.yaml"
+    base = {"name": "p", "kafka": {"topics": ["a", "b"]}, "sink": {"path": str(tmp_path / "t")}}
+    path.write_text(yaml.safe_dump({**base, "value": {"format": "json", "schema": "key STRING"},
+                                    "key": {"format": "json", "schema": "k STRING"}}))
+    with pytest.raises(ConfigError, match="key.format 'json' adds the column 'key', which the value already has"):
+        load_config(path)
+    path.write_text(yaml.safe_dump({**base, "key": {"format": "confluent-avro", "schema_registry": {}}}))
+    with pytest.raises(ConfigError, match="key.schema_registry.subject is needed .*'<topic>-key'"):
+        load_config(path)
+
+
 def test_an_avsc_file_is_read_relative_to_the_pipeline_file_and_gives_the_columns(tmp_path):
     (tmp_path / "schemas").mkdir()
     (tmp_path / "schemas" / "e.avsc").write_text(json.dumps(V2))
@@ -96,7 +110,7 @@ def test_writers_the_job_cannot_decode_are_kept_with_the_reason(tmp_path, regist
 def test_a_reader_with_a_field_named_like_a_job_column_is_refused_before_the_ledger(tmp_path, registry):
     registry.register("events-value", json.dumps({**V1, "fields": [{"name": "kafka_offset", "type": "long"}]}))
     cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
-    with pytest.raises(ConfigError, match="pipeline p: the reader schema subject 'events-value' version 1 has "
+    with pytest.raises(ConfigError, match="pipeline p: the value reader schema subject 'events-value' version 1 has "
                                           "field\\(s\\) kafka_offset named like the job's own columns"):
         value_schemas.resolve(cfg, _client(registry))
 

@@ -7,7 +7,10 @@
    spark.read batch: ``peers/``, no project code); medians, spreads, ratios per repetition;
 3. ``dag``: whole DAG runs (spark-submit, Spark Connect) at the largest size;
 4. ``cost``: planning and commit cost at 10 / 100 / 1,000 partitions on SQLite and PostgreSQL;
-5. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
+5. ``avro``: the same events as Confluent-framed Avro (``avro_dataset``; schemas from the stand-in
+   registry, resolved as the plan task does), per repetition and size, interleaved: the raw read,
+   the job and a Structured Streaming peer calling ``from_avro`` (``peers/``, no project code);
+6. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
    and docs/benchmarks.png.
 
 It refuses to start on a busy machine (``quiet``) unless ``--allow-load``, and flags any
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -32,13 +36,14 @@ from rich.table import Table
 from offsetbatch.paths import local_dir
 
 from offsetbatch_dev import PROJECT_ROOT
-from offsetbatch_dev.bench import ledger_cost, quiet, report, throughput
+from offsetbatch_dev.bench import avro_dataset, ledger_cost, quiet, report, throughput
 from offsetbatch_dev.bench.dataset import Dataset, ensure_dataset
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
-PHASES = ("throughput", "dag", "cost")
+PHASES = ("throughput", "dag", "cost", "avro")
+Samples = dict[int, dict[str, list[throughput.Sample]]]  # by size, by measurement: one per repetition
 CONNECT_CONN = "spark_connect_bench"
 
 
@@ -57,12 +62,53 @@ def _airflow_env(work: Path, bootstrap: str) -> dict:
     return env
 
 
-def _measure(key: str, ds: Dataset, bootstrap: str, spec_uri: str, conf: dict, work: Path, rep: int) -> throughput.Sample:
+def _measure(key: str, ds: Dataset, bootstrap: str, spec_uri: str, conf: dict, work: Path, rep: int,
+             value_schemas: dict | None = None) -> throughput.Sample:
+    """One measurement; ``value_schemas``: ``ds`` is the Avro data set (the job decodes with them, the
+    peer gets the reader schema as its argument)."""
     if key == "raw":
         return throughput.raw_read(spec_uri, conf, work, rep)
     if key == "job":
-        return throughput.batch_job(ds, bootstrap, conf, work, rep)
+        return throughput.batch_job(ds, bootstrap, conf, work, rep, name="job-avro" if value_schemas else "job",
+                                    value_schemas=value_schemas)
+    if key == "avro_peer":
+        assert value_schemas is not None
+        return throughput.peer("structured_streaming_avro", ds, bootstrap, conf, work, rep,
+                               schema=value_schemas["reader"])
     return throughput.peer("structured_streaming" if key == "peer" else "batch_read", ds, bootstrap, conf, work, rep)
+
+
+def _interleaved(bar: Progress, console: Console, phase: str, datasets: dict[int, Dataset], keys: tuple[str, ...],
+                 repeat: int, measure: Callable[[str, int, int], throughput.Sample]) -> Samples:
+    """``measure(key, size, rep)`` for every repetition, size and key in that order (so that drift of
+    the machine spreads over all of them), each checked to have read the whole data set and
+    rejected nothing, flagged if the machine was busy just before."""
+    samples: Samples = {n: {k: [] for k in keys} for n in datasets}
+    steps = [(rep, n, key) for rep in range(repeat) for n in datasets for key in keys]
+    task = bar.add_task(phase, total=len(steps))
+    for rep, n, key in steps:
+        what = f"run {rep + 1}/{repeat}, {n:,} records, {report.MEASURES[key]}"
+        bar.update(task, description=f"{phase}: {what}")
+        busy = quiet.busy_before_run(console, what)
+        s = measure(key, n, rep)
+        s.busy = busy
+        if s.records != n or s.rejected:
+            raise RuntimeError(f"{phase}: {key} read {s.records} records and rejected {s.rejected}, expected {n} and 0")
+        samples[n][key].append(s)
+        console.log(f"{what}: {s.seconds:.1f}s in app, {s.wall:.1f}s wall, {n / s.seconds:,.0f} records/s")
+        bar.advance(task)
+    return samples
+
+
+def _ratio_console(title: str, samples: Samples, compared: dict[str, tuple[str, float | None]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("records", "ratio", "value", "per repetition"):
+        t.add_column(col)
+    for n in sorted(samples):
+        for key, v in report.ratios(samples[n], compared).items():
+            t.add_row(f"{n:,}", f"job / {compared[key][0]}", f"{v:.2f}",
+                      ", ".join(f"{x:.2f}" for x in report.ratio_runs(samples[n], key)))
+    return t
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5, help="repetitions of each throughput measurement")
     parser.add_argument("--dag-repeat", type=int, default=3, help="repetitions of each whole DAG run and plan/commit cost")
-    parser.add_argument("--phases", default=",".join(PHASES), help=f"which of {', '.join(PHASES)} to run")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"which of {', '.join(PHASES)} to run (default all)")
     parser.add_argument("--partition-counts", default="10,100,1000")
     parser.add_argument("--driver-memory", default="1g", help="every measurement's spark.driver.memory (Spark's default, what the sample pipeline runs with)")
     parser.add_argument("--allow-load", action="store_true", help="measure even if the machine is busy (the report says so)")
@@ -92,10 +138,21 @@ def main(argv: list[str] | None = None) -> int:
                 for n in sorted(int(x) for x in args.sizes.split(","))}
     for ds in datasets.values():
         console.print(f"data set: {ds.records:,} records, {ds.bytes / 2**20:.0f} MiB, topic {ds.topic}")
+    if "avro" in phases:
+        # The registry serves only while the Avro data sets are made and their schemas resolved (what
+        # the plan task does); it is gone before any Spark application runs.
+        with avro_dataset.registry() as registry:
+            made = {n: avro_dataset.ensure_avro_dataset(broker.bootstrap, registry, n, args.partitions) for n in datasets}
+            avro = {n: ds for n, (ds, _) in made.items()}
+            schemas = {n: avro_dataset.value_schemas(ds, registry, throughput.REQUIRED, work) for n, ds in avro.items()}
+        for n, ds in avro.items():
+            console.print(f"Avro data set: {ds.records:,} records, {ds.bytes / 2**20:.0f} MiB, topic {ds.topic}, "
+                          f"schema id {made[n][1]}")
     largest = datasets[max(datasets)]
     conf = throughput.spark_conf(args.driver_memory)
     sections: dict[str, list[str]] = {}
-    samples: dict[int, dict[str, list[throughput.Sample]]] = {n: {k: [] for k in report.THROUGHPUT} for n in datasets}
+    samples: Samples = {}
+    avro_samples: Samples = {}
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
     with Progress(*columns, console=console) as bar:
         if "throughput" in phases:
@@ -103,19 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             for n, ds in datasets.items():
                 specs[n] = str(work / f"spec-{n}.json")
                 throughput.job_spec(ds, broker.bootstrap, str(work / "unused")).save(specs[n])
-            steps = [(rep, n, key) for rep in range(args.repeat) for n in datasets for key in report.THROUGHPUT]
-            task = bar.add_task("throughput", total=len(steps))
-            for rep, n, key in steps:
-                what = f"run {rep + 1}/{args.repeat}, {n:,} records, {report.MEASURES[key]}"
-                bar.update(task, description=f"throughput: {what}")
-                busy = quiet.busy_before_run(console, what)
-                s = _measure(key, datasets[n], broker.bootstrap, specs[n], conf, work, rep)
-                s.busy = busy
-                if s.records != n:
-                    raise RuntimeError(f"{key} read {s.records} records, expected {n}")
-                samples[n][key].append(s)
-                console.log(f"{what}: {s.seconds:.1f}s in app, {s.wall:.1f}s wall, {n / s.seconds:,.0f} records/s")
-                bar.advance(task)
+            samples = _interleaved(bar, console, "throughput", datasets, report.THROUGHPUT, args.repeat,
+                                   lambda key, n, rep: _measure(key, datasets[n], broker.bootstrap, specs[n], conf, work, rep))
             sections["bench-throughput"] = report.throughput_section(datasets, samples, command, warning)
 
         if "dag" in phases:
@@ -161,6 +207,16 @@ def main(argv: list[str] | None = None) -> int:
                 bar.advance(task)
             sections["bench-cost"] = report.cost_section(costs, command)
 
+        if "avro" in phases:
+            avro_specs = {}
+            for n, ds in avro.items():
+                avro_specs[n] = str(work / f"spec-avro-{n}.json")
+                throughput.job_spec(ds, broker.bootstrap, str(work / "unused"), schemas[n]).save(avro_specs[n])
+            avro_samples = _interleaved(
+                bar, console, "avro", avro, report.AVRO, args.repeat,
+                lambda key, n, rep: _measure(key, avro[n], broker.bootstrap, avro_specs[n], conf, work, rep, schemas[n]))
+            sections["bench-avro"] = report.avro_section(avro, avro_samples, made[max(made)][1], command, warning)
+
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
     png = None
@@ -173,14 +229,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = docs / "benchmarks.md"
     doc.write_text(report.with_sections_of(doc, report.document(sections, datasets, minutes, png)))
     if "throughput" in phases:
-        t = Table(title="job throughput ratios (medians; > 1: the job is faster)", title_justify="left")
-        for col in ("records", "ratio", "value", "per repetition"):
-            t.add_column(col)
-        for n in sorted(datasets):
-            for k, v in report.ratios(samples[n]).items():
-                peer = {"job / raw read": "raw", **{f"job / {lbl}": key for key, lbl in report.PEERS.items()}}[k]
-                t.add_row(f"{n:,}", k, f"{v:.2f}", ", ".join(f"{x:.2f}" for x in report.ratio_runs(samples[n], peer)))
-        console.print(t)
+        console.print(_ratio_console("job throughput ratios (medians; > 1: the job is faster)", samples, report.COMPARED))
+    if "avro" in phases:
+        console.print(_ratio_console("job throughput ratios on Avro (medians; > 1: the job is faster)", avro_samples,
+                                   report.AVRO_COMPARED))
     console.print(f"wrote {doc}{' and ' + str(docs / png) if png else ''} in {minutes:.1f} min")
     return 0
 

@@ -17,6 +17,7 @@ from offsetbatch_dev.bench.throughput import Sample
 MEASURES = {"raw": "raw read (count only)", "job": "our batch job",
             "peer": "peer: Structured Streaming AvailableNow (as documented, no project code)",
             "batch_peer": "peer: hand-written `spark.read` batch (no project code)",
+            "avro_peer": "peer: Structured Streaming AvailableNow, prefix stripped, `from_avro` (no project code)",
             "dag": "our whole DAG run (plan + spark-submit + commit)",
             "dag_connect": "our whole DAG run on a Spark Connect server (plan + job + commit)"}
 
@@ -52,6 +53,10 @@ THROUGHPUT = ("raw", "job", "peer", "batch_peer")
 PEERS = {"peer": "Structured Streaming peer", "batch_peer": "spark.read peer"}
 TARGET = 1.2  # job / each peer, at every size (issue 32)
 RSS_LIMIT_MB = 1536  # the job's driver peak RSS at 5,000,000 records
+# What the job is compared with (key: label, target ratio or None for a reference), per phase.
+COMPARED = {"raw": ("raw read", None), **{k: (label, TARGET) for k, label in PEERS.items()}}
+AVRO = ("raw", "job", "avro_peer")
+AVRO_COMPARED = {"raw": ("raw read", 0.5), "avro_peer": ("Structured Streaming + from_avro peer", 1.2)}  # issue 31
 
 
 def ratio_runs(samples: dict[str, list[Sample]], peer: str) -> list[float]:
@@ -59,11 +64,10 @@ def ratio_runs(samples: dict[str, list[Sample]], peer: str) -> list[float]:
     return [p.seconds / j.seconds for p, j in zip(samples[peer], samples["job"])]
 
 
-def ratios(samples: dict[str, list[Sample]]) -> dict[str, float]:
-    """Throughput ratios of one size's medians (a ratio > 1: the job is faster)."""
+def ratios(samples: dict[str, list[Sample]], compared: dict[str, tuple[str, float | None]] = COMPARED) -> dict[str, float]:
+    """Throughput ratios of one size's medians, by compared key (a ratio > 1: the job is faster)."""
     job = median(samples["job"])
-    return {"job / raw read": median(samples["raw"]) / job,
-            **{f"job / {label}": median(samples[k]) / job for k, label in PEERS.items()}}
+    return {k: median(samples[k]) / job for k in compared}
 
 
 def _spread(xs: list[float], fmt: str = "{:.1f}") -> str:
@@ -84,30 +88,60 @@ def throughput_section(datasets: dict[int, Dataset], samples: dict[int, dict[str
              f"each; \"in app\": seconds after the Spark session is up). Median (min–max).", ""]
     if warning:
         lines += [f"**Measured on a machine that was not quiet:** {warning}.", ""]
-    lines += ["| records | measurement | in app s | wall s | records/s (in app) | MiB/s | peak driver RSS MiB | busy before (max %) |",
-              "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: |"]
+    lines += [*_measurements(datasets, samples, THROUGHPUT), "", *_ratio_table(datasets, samples, COMPARED)]
+    largest = max(datasets)
+    rss = max((x.peak_rss_mb or 0) for x in samples[largest]["job"])
+    lines += ["", f"The job's driver peak RSS at {largest:,} records: **{rss:,.0f} MiB** (target ≤ {RSS_LIMIT_MB:,} MiB: "
+              f"{'met' if rss <= RSS_LIMIT_MB else 'missed'}).", ""]
+    return lines
+
+
+def avro_section(datasets: dict[int, Dataset], samples: dict[int, dict[str, list[Sample]]], schema_id: int,
+                 command: str, warning: str | None) -> list[str]:
+    """The ``avro`` phase: the throughput section's tables for the raw read, the job and the Avro
+    peer on the same events as Confluent-framed Avro, the ratios against issue 31's targets."""
+    reps = len(next(iter(samples.values()))["job"])
+    lines = ["## Avro: the job against the raw read and a Structured Streaming `from_avro` peer", "",
+             f"{stamp(command)}. The throughput data set's events as Confluent prefix-framed Avro (writer schema id "
+             f"{schema_id} in the stand-in schema registry, `offsetbatch_dev.bench.avro_dataset`), read as "
+             f"`confluent-avro` with `schema_id: prefix`, the job's `value_schemas` resolved from the registry as the "
+             f"plan task does. Each size: {reps} repetitions, the three applications interleaved. Median (min–max).", ""]
+    lines += [f"* Data: {ds.records:,} Avro records, {ds.bytes / 2**20:.0f} MiB of values (about "
+              f"{ds.bytes / ds.records:.0f} B each), {ds.partitions} partitions of topic `{ds.topic}`."
+              for _, ds in sorted(datasets.items())] + [""]
+    if warning:
+        lines += [f"**Measured on a machine that was not quiet:** {warning}.", ""]
+    return lines + [*_measurements(datasets, samples, AVRO), "", *_ratio_table(datasets, samples, AVRO_COMPARED), ""]
+
+
+def _measurements(datasets: dict[int, Dataset], samples: dict[int, dict[str, list[Sample]]],
+                  keys: tuple[str, ...]) -> list[str]:
+    """Per size and measurement: in-app and wall seconds, rates, peak RSS, how busy the machine was."""
+    lines = ["| records | measurement | in app s | wall s | records/s (in app) | MiB/s | peak driver RSS MiB | busy before (max %) |",
+             "| ---: | --- | --- | --- | ---: | ---: | ---: | ---: |"]
     for n, ds in sorted(datasets.items()):
-        for key in THROUGHPUT:
+        for key in keys:
             s = samples[n][key]
             t = median(s)
             rss = [x.peak_rss_mb for x in s if x.peak_rss_mb]
             lines.append(f"| {n:,} | {MEASURES[key]} | {_spread([x.seconds for x in s])} | {_spread([x.wall for x in s])} | "
                          f"{ds.records / t:,.0f} | {ds.bytes / 2**20 / t:.1f} | "
                          f"{f'{max(rss):,.0f}' if rss else 'n/a'} | {max(x.busy for x in s):.0f} |")
-    lines += ["", "| records | ratio (medians) | value | per repetition | target | met |", "| ---: | --- | ---: | --- | --- | --- |"]
+    return lines
+
+
+def _ratio_table(datasets: dict[int, Dataset], samples: dict[int, dict[str, list[Sample]]],
+                 compared: dict[str, tuple[str, float | None]]) -> list[str]:
+    """Per size, the job against each compared measurement: the medians' ratio, each repetition's,
+    the target (None: a reference, no target) and whether it is met."""
+    lines = ["| records | ratio (medians) | value | per repetition | target | met |", "| ---: | --- | ---: | --- | --- | --- |"]
     for n in sorted(datasets):
-        r = ratios(samples[n])
-        lines.append(f"| {n:,} | job / raw read | {r['job / raw read']:.2f} | "
-                     f"{', '.join(f'{x:.2f}' for x in ratio_runs(samples[n], 'raw'))} | (reference) | |")
-        for key, label in PEERS.items():
-            v = r[f"job / {label}"]
-            lines.append(f"| {n:,} | job / {label} | **{v:.2f}** | "
-                         f"{', '.join(f'{x:.2f}' for x in ratio_runs(samples[n], key))} | ≥ {TARGET} | "
-                         f"{'yes' if v >= TARGET else 'no'} |")
-    largest = max(datasets)
-    rss = max((x.peak_rss_mb or 0) for x in samples[largest]["job"])
-    lines += ["", f"The job's driver peak RSS at {largest:,} records: **{rss:,.0f} MiB** (target ≤ {RSS_LIMIT_MB:,} MiB: "
-              f"{'met' if rss <= RSS_LIMIT_MB else 'missed'}).", ""]
+        r = ratios(samples[n], compared)
+        for key, (label, target) in compared.items():
+            runs = ", ".join(f"{x:.2f}" for x in ratio_runs(samples[n], key))
+            lines.append(f"| {n:,} | job / {label} | {r[key]:.2f} | {runs} | (reference) | |" if target is None else
+                         f"| {n:,} | job / {label} | **{r[key]:.2f}** | {runs} | ≥ {target} | "
+                         f"{'yes' if r[key] >= target else 'no'} |")
     return lines
 
 

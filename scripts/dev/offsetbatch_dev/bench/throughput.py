@@ -1,7 +1,7 @@
 """Throughput over the same offset ranges and Spark settings: the raw read, the batch job, the whole
-DAG run and the two peers (Structured Streaming, a spark.read batch; ``peers/``). Each Spark measurement is one ``spark-submit``, timed
-from outside (wall) and from inside (after the Spark session is up); the peak RSS of the driver
-JVM is sampled every 100 ms."""
+DAG run and the peers (Structured Streaming, a spark.read batch, Structured Streaming on Avro;
+``peers/``). Each Spark measurement is one ``spark-submit``, timed from outside (wall) and from
+inside (after the Spark session is up); the peak RSS of the driver JVM is sampled every 100 ms."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ class Sample:
     peak_rss_mb: float | None
     records: int
     busy: float = 0.0  # % CPU the machine used just before the run, the benchmark idle (``quiet``)
+    rejected: int = 0  # the job's rejected records: none in a benchmark data set, or the job did not parse
 
 
 def spark_conf(driver_memory: str) -> dict[str, str]:
@@ -53,12 +54,16 @@ def spark_conf(driver_memory: str) -> dict[str, str]:
             "spark.driver.bindAddress": "127.0.0.1"}
 
 
-def job_spec(ds: Dataset, bootstrap: str, table: str) -> JobSpec:
+def job_spec(ds: Dataset, bootstrap: str, table: str, value_schemas: dict | None = None) -> JobSpec:
+    """The spec the plan task writes for ``ds``; ``value_schemas``: the values are Confluent
+    prefix-framed Avro, decoded with these schemas (``avro_dataset.value_schemas``), else JSON."""
+    value = (dict(value_format="json", schema_ddl=SCHEMA) if value_schemas is None else
+             dict(value_format="confluent-avro", schema_ddl=None, value_schemas=value_schemas, schema_id="prefix"))
     return JobSpec(pipeline="bench", batch_id=1, output_id=1, bootstrap=bootstrap,
                    ranges=[{"topic": tp.topic, "partition": tp.partition, "from_offset": a, "until_offset": b,
                             "frontier_before": a} for tp, (a, b) in sorted(ds.ranges.items())],
                    sink={"type": "files", "path": table, "event_time_column": "event_time"},
-                   value_format="json", schema_ddl=SCHEMA, required=REQUIRED,
+                   required=REQUIRED, **value,
                    transform_sql=TRANSFORM, transform_python=None,
                    isolation_level="read_uncommitted", records_per_task=2_000_000)
 
@@ -128,12 +133,14 @@ def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
 
 
 def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
-              client: KafkaClientConfig | None = None, name: str = "job", master: str = "local[*]") -> Sample:
+              client: KafkaClientConfig | None = None, name: str = "job", master: str = "local[*]",
+              value_schemas: dict | None = None) -> Sample:
     """The job as the spark_job task submits it; ``client``: a secured broker's settings (options
-    in the spec, secrets in a private file, as the operator does); ``master``: where it runs."""
+    in the spec, secrets in a private file, as the operator does); ``master``: where it runs;
+    ``value_schemas``: Avro values (``job_spec``)."""
     table = work / f"{name}-{rep}" / "table"
     shutil.rmtree(table.parent, ignore_errors=True)
-    spec = job_spec(ds, bootstrap, str(table))
+    spec = job_spec(ds, bootstrap, str(table), value_schemas)
     secrets_file = None
     if client is not None:
         spec.kafka_options = client.spark_options()
@@ -148,18 +155,19 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
         remove_secrets_file(secrets_file)
     m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
     shutil.rmtree(table.parent, ignore_errors=True)
-    return Sample(m.job_seconds, wall, rss, m.rows_in)
+    return Sample(m.job_seconds, wall, rss, m.rows_in, rejected=m.rows_rejected)
 
 
-def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int) -> Sample:
-    """One of the peers (``structured_streaming``, ``batch_read``): what a user writes instead, over
-    the same ranges, parse and output columns, submitted by path without the project's code."""
+def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int, schema: str = SCHEMA) -> Sample:
+    """One of the peers (``structured_streaming``, ``batch_read``, ``structured_streaming_avro``):
+    what a user writes instead, over the same ranges, parse and output columns, submitted by path
+    without the project's code; ``schema``: the value's (Spark DDL, or the Avro peer's Avro JSON)."""
     out, ckpt = work / f"{kind}-{rep}" / "table", work / f"{kind}-{rep}" / "checkpoint"
     shutil.rmtree(out.parent, ignore_errors=True)
     starting = {ds.topic: {str(tp.partition): a for tp, (a, _) in ds.ranges.items()}}
     ending = {ds.topic: {str(tp.partition): b for tp, (_, b) in ds.ranges.items()}}
     args = ["--bootstrap", bootstrap, "--topic", ds.topic, "--starting", json.dumps(starting),
-            "--ending", json.dumps(ending), "--schema", SCHEMA, "--required", ",".join(REQUIRED),
+            "--ending", json.dumps(ending), "--schema", schema, "--required", ",".join(REQUIRED),
             "--columns", ",".join(OUTPUT_COLUMNS), "--date-of", "event_time", "--out", str(out),
             "--checkpoint", str(ckpt)]
     wall, rss, stdout = spark_submit(PEERS / f"{kind}.py", args, conf, work / f"{kind}-{rep}.log", with_project=False)
