@@ -69,13 +69,13 @@ def spark_avro_jars() -> list[str]:
     return []  # among the connector's jars
 
 
-def job_jars(sink_path: str, value_format: str = "raw") -> list[str]:
-    """Every jar the job of a pipeline whose sink is at ``sink_path`` and whose values are in
-    ``value_format`` needs."""
+def job_jars(sink_path: str, *formats: str) -> list[str]:
+    """Every jar the job of a pipeline whose sink is at ``sink_path`` and whose values and keys are
+    in ``formats`` needs."""
     from offsetbatch import storage
     from offsetbatch.formats import AVRO_FORMATS
 
-    return (spark_connector_jars() + (spark_avro_jars() if value_format in AVRO_FORMATS else [])
+    return (spark_connector_jars() + (spark_avro_jars() if set(formats) & set(AVRO_FORMATS) else [])
             + (spark_s3a_jars() if storage.is_s3(sink_path) else []))
 
 

@@ -131,6 +131,6 @@ def test_an_avro_pipeline_needs_spark_avro_in_a_provided_jar_folder(tmp_path, mo
     assert len(spark_jars.job_jars("/t", "json")) == 4
     with pytest.raises(ArtifactError, match=r"has no jar of spark-avro_2.13 \(Spark's Avro functions "
                                             r"\(spark-avro_2.13\), and this pipeline's values are Avro\)"):
-        spark_jars.job_jars("/t", "confluent-avro")
+        spark_jars.job_jars("/t", "json", "confluent-avro")  # an Avro key needs it too
     (folder / "spark-avro_2.13-4.1.1.jar").write_bytes(b"")
     assert len(spark_jars.job_jars("/t", "avro")) == 5
