@@ -287,7 +287,10 @@ class PipelineConfig(_Model):
         """An Avro schema file that is missing or not Avro fails here, not in the plan task."""
         for role in ("value", "key"):
             settings = getattr(self, role)
-            FORMATS[settings.format].check_files(settings, self.base_dir)
+            try:
+                FORMATS[settings.format].check_files(settings, self.base_dir)
+            except ValueError as exc:
+                raise ValueError(f"{role}: {exc}") from None
             ref = settings.schema_registry
             if (settings.format == "confluent-avro" and not (ref and (ref.subject or settings.avro_schema))
                     and len(self.kafka.topics or []) != 1):

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from offsetbatch.formats import avro_schema
 from offsetbatch.formats.base import ERROR, FATAL, META, ValueFormat
+from offsetbatch.formats.confluent_framing import ConfluentFramed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -70,7 +71,7 @@ class AvroFormat(ValueFormat):
     def check_files(cls, value: "ValueSettings", base_dir: "Path | None") -> None:
         if value.avro_schema:
             text = avro_schema.load_text(value.avro_schema, base_dir)
-            check_reader_fields(avro_schema.field_names(text), list(value.required), "value.avro_schema")
+            check_reader_fields(avro_schema.field_names(text), list(value.required), "avro_schema")
 
     @classmethod
     def output_columns(cls, value: "ValueSettings", base_dir: "Path | None" = None) -> list[str] | None:
@@ -86,7 +87,7 @@ class AvroFormat(ValueFormat):
                       F.col("value"), None)
 
 
-class ConfluentAvroFormat(AvroFormat):
+class ConfluentAvroFormat(ConfluentFramed, AvroFormat):
     name = "confluent-avro"
 
     @classmethod
@@ -97,17 +98,10 @@ class ConfluentAvroFormat(AvroFormat):
                              f"schemas are fetched from it")
 
     @classmethod
-    def reads_headers(cls, spec: "JobSpec") -> bool:
-        return spec.schema_id != "prefix"
-
-    @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
         from pyspark.sql import functions as F
 
-        from offsetbatch.formats.confluent_framing import framing
-        from offsetbatch.source.schema_wire import VALUE_HEADER
-
-        frame = framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER))
+        frame = cls.framing_of(spec)
         by_guid = F.lit(None).cast("bigint")
         for key, writer in spec.value_schemas["writers"].items():
             if writer.get("guid"):

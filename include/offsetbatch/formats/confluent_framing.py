@@ -21,6 +21,8 @@ from offsetbatch.source.schema_wire import GUID_PREFIX_LEN, MAGIC_GUID, MAGIC_ID
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
+    from offsetbatch.jobspec import JobSpec
+
 
 @dataclass(frozen=True)
 class Framing:
@@ -71,3 +73,17 @@ def framing(where: str, header_name: str = VALUE_HEADER) -> Framing:
     return Framing(F.when(~has_header, prefix_id), F.when(has_header, header_guid).otherwise(prefix_guid),
                    F.when(has_header, value).otherwise(prefix_body),
                    F.when(has_header, header_error).otherwise(prefix_error))
+
+
+class ConfluentFramed:
+    """Trait of a format whose records name their schema Confluent's way: the headers are read
+    unless ``schema_id`` says the prefix, and ``framing_of`` reads the spec's framing (the key's
+    view of a spec looks at ``__key_schema_id``)."""
+
+    @classmethod
+    def reads_headers(cls, spec: "JobSpec") -> bool:
+        return spec.schema_id != "prefix"
+
+    @staticmethod
+    def framing_of(spec: "JobSpec") -> Framing:
+        return framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from offsetbatch.formats.confluent_framing import ConfluentFramed
 from offsetbatch.formats.json_value import JsonFormat, parse_json_body
 
 if TYPE_CHECKING:
@@ -14,17 +15,10 @@ if TYPE_CHECKING:
     from offsetbatch.jobspec import JobSpec
 
 
-class ConfluentJsonFormat(JsonFormat):
+class ConfluentJsonFormat(ConfluentFramed, JsonFormat):
     name = "confluent-json"
 
     @classmethod
-    def reads_headers(cls, spec: "JobSpec") -> bool:
-        return spec.schema_id != "prefix"
-
-    @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
-        from offsetbatch.formats.confluent_framing import framing
-        from offsetbatch.source.schema_wire import VALUE_HEADER
-
-        frame = framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER))
+        frame = cls.framing_of(spec)
         return parse_json_body(records, spec, frame.body, frame.error)

@@ -38,7 +38,7 @@ def _load(tmp_path, value: dict, topics=("events",)):
     ({"format": "avro", "avro_schema": json.dumps({**V1, "fields": [{"name": "value", "type": "string"}]})},
      ["events"], "has field\\(s\\) value named like the job's own columns"),
     ({"format": "avro", "avro_schema": json.dumps(V1), "required": ["n"]}, ["events"],
-     "'required' names field\\(s\\) n that value.avro_schema does not have"),
+     "value: 'required' names field\\(s\\) n that avro_schema does not have"),
     ({"format": "raw", "avro_schema": json.dumps(V1)}, ["events"], "format 'raw' takes no 'avro_schema'"),
     ({"format": "json", "schema": "id STRING", "schema_registry": {}}, ["events"],
      "format 'json' takes no 'schema_registry'"),
