@@ -188,3 +188,22 @@ def test_headers_are_read_exactly_when_the_output_can_hold_them(kafka_broker, sp
             f"h{i}": [("trace", f"t{i}".encode()), ("n", bytes([i]))] for i in range(10)}
     else:
         assert "kafka_headers" not in next(iter(rows.values()))
+
+
+def test_the_ranges_are_read_by_the_kafka_sources_v2_reader(kafka_broker, spark, topic):
+    """The job takes ``kafka`` off ``spark.sql.sources.useV1SourceList`` (the V1 relation copies
+    every record twice, docs/performance.md) and keeps the session's other V1 sources; the V2 scan
+    reads exactly the planned ranges."""
+    from offsetbatch.job.read import V1_SOURCES, read_ranges
+
+    before = spark.conf.get(V1_SOURCES)
+    spark.conf.set(V1_SOURCES, "csv,Kafka,parquet")
+    try:
+        records = read_ranges(spark, _spec(kafka_broker.bootstrap, topic, "/unused"))
+        assert spark.conf.get(V1_SOURCES) == "csv,parquet"
+        plan = records._jdf.queryExecution().executedPlan().toString()
+        assert "BatchScan" in plan and "KafkaRelation" not in plan
+        got = sorted((r.partition, r.offset) for r in records.select("partition", "offset").collect())
+        assert got == sorted((p, o) for p, a, b in [(0, 5, 35), (1, 0, 40), (2, 39, 40)] for o in range(a, b))
+    finally:
+        spark.conf.set(V1_SOURCES, before)

@@ -83,7 +83,7 @@ class AvroFormat(ValueFormat):
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
         from pyspark.sql import functions as F
 
-        return decode(records, spec, F.lit(int(PLAIN_WRITER)).cast("bigint"), F.lit(None).cast("string"),
+        return decode(records, spec, F.lit(int(PLAIN_WRITER)).cast("bigint"), F.lit("value.avro_schema"),
                       F.col("value"), None)
 
 
@@ -102,17 +102,13 @@ class ConfluentAvroFormat(ConfluentFramed, AvroFormat):
         from pyspark.sql import functions as F
 
         frame = cls.framing_of(spec)
-        by_guid = F.lit(None).cast("bigint")
-        for key, writer in spec.value_schemas["writers"].items():
-            if writer.get("guid"):
-                by_guid = F.when(frame.guid == writer["guid"].replace("-", "").lower(),
-                                 F.lit(int(key)).cast("bigint")).otherwise(by_guid)
-        return decode(records, spec, F.coalesce(frame.schema_id, by_guid), frame.guid, frame.body, frame.error)
+        return decode(records, spec, frame.writer, frame.named, frame.body, frame.error)
 
 
-def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", guid: "Column", body: "Column",
+def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", named: "Column", body: "Column",
            framing_error: "Column | None") -> "DataFrame":
-    """Each record's ``body`` decoded with the writer schema ``writer_id`` names, into the reader."""
+    """Each record's ``body`` decoded with the writer schema ``writer_id`` (NULL: none of the spec's
+    writers; ``named`` says what the record named instead) into the reader."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -122,23 +118,25 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", guid: "Co
     options = {"mode": "PERMISSIVE", "avroSchema": reader}
     writers = schemas["writers"]
     usable = {k: w for k, w in writers.items() if not w.get("incompatible")}
+    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
+    df = records.withColumns({"_writer": writer_id, "_body": body})  # each computed once, however often used
+    writer, body = F.col("_writer"), F.col("_body")
     decoded = F.when(F.lit(False), from_avro(body, reader, options))  # the reader's type when no writer is usable
     expected_null = F.lit(None).cast("binary")
     fatal = F.lit(None).cast("string")
-    for key, writer in writers.items():
-        is_writer = writer_id == int(key)
+    for key, schema in writers.items():
+        is_writer = writer == int(key)
         if key in usable:
-            decoded = decoded.when(is_writer, from_avro(body, writer["schema"], options))
-            if writer.get("all_null") is not None:
-                expected_null = F.when(is_writer, F.lit(bytes.fromhex(writer["all_null"]))).otherwise(expected_null)
+            decoded = decoded.when(is_writer, from_avro(body, schema["schema"], options))
+            if schema.get("all_null") is not None:
+                expected_null = F.when(is_writer, F.lit(bytes.fromhex(schema["all_null"]))).otherwise(expected_null)
         else:
             fatal = F.when(is_writer, F.lit(f"{FATAL}the reader schema ({describe_reader(schemas)}) cannot read "
-                                            f"writer {describe_writer(key, writer)}: {writer['incompatible']}. Make "
+                                            f"writer {describe_writer(key, schema)}: {schema['incompatible']}. Make "
                                             f"the reader compatible (give the field a default, or pin the reader to a "
                                             f"version that can read it), then run again")).otherwise(fatal)
-    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
-    df = records.withColumn("_writer", writer_id).withColumn("_body", body).withColumn("_decoded", decoded)
-    writer, decoded_col = F.col("_writer"), F.col("_decoded")
+    df = df.withColumn("_decoded", decoded)
+    decoded_col = F.col("_decoded")
     all_null = F.lit(True)
     for f in fields:
         all_null = all_null & decoded_col[f].isNull()
@@ -146,18 +144,14 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", guid: "Co
     any_missing = F.lit(False)
     for f in spec.required:
         any_missing = any_missing | decoded_col[f].isNull()
-    known = writer.isin([int(k) for k in writers]) if writers else F.lit(False)
     where = describe_writers(schemas)
     error = F.when(F.col("value").isNull(), F.lit("null value"))
     if framing_error is not None:
         error = error.when(framing_error.isNotNull(), framing_error)
     error = (
-        error.when(writer.isNull() & guid.isNotNull(),
-                   F.concat(F.lit("schema GUID "), guid, F.lit(f" is not among the writer schemas ({where})")))
-        .when(~known, F.concat(F.lit("schema id "), writer.cast("string"),
-                               F.lit(f" is not among the writer schemas ({where})")))
+        error.when(writer.isNull(), F.concat(named, F.lit(f" is not among the writer schemas ({where})")))
         .when(fatal.isNotNull(), fatal)
-        .when(all_null & ~F.coalesce(F.col("_body") == expected_null, F.lit(False)),
+        .when(all_null & ~F.coalesce(body == expected_null, F.lit(False)),
               F.concat(F.lit("Avro body does not decode with writer schema id "), writer.cast("string")))
         .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     )

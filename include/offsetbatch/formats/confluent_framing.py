@@ -13,6 +13,8 @@ confluent-kafka's own deserializer does).
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,30 +28,46 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Framing:
-    """A record's framing, as columns: ``schema_id`` (BIGINT, from a v0 prefix), ``guid`` (32 hex
-    digits, from a header or a v1 prefix), ``body`` (BINARY) and ``error`` (NULL, or why the bytes
-    are not Confluent-framed)."""
+    """A record's framing, as columns: ``writer`` (BIGINT: the key of the writer schema the record
+    names among those given, NULL if none), ``named`` (STRING: what the record names, ``schema id
+    7`` or ``schema GUID <32 hex digits>``, for messages), ``body`` (BINARY) and ``error`` (NULL, or
+    why the bytes are not Confluent-framed).
 
-    schema_id: "Column"
-    guid: "Column"
+    A good record costs a few byte comparisons: ``writer`` matches the record's first bytes (or its
+    header) against each writer's own framing bytes, and ``named`` turns bytes into text only when
+    a message needs it (Spark evaluates a ``CASE`` branch only for the rows that take it)."""
+
+    writer: "Column"
+    named: "Column"
     body: "Column"
     error: "Column"
 
 
-def framing(where: str, header_name: str = VALUE_HEADER) -> Framing:
+def _guid_bytes(guid: str) -> bytes:
+    return uuid.UUID(guid).bytes
+
+
+def framing(where: str, header_name: str = VALUE_HEADER, writers: Mapping[int, str | None] | None = None) -> Framing:
     """The framing of ``value``; ``where`` is the pipeline's ``value.schema_id`` (or ``key.schema_id``,
-    with ``header_name`` the key's header, when ``value`` holds the key)."""
+    with ``header_name`` the key's header, when ``value`` holds the key); ``writers``: the writer
+    schemas' ids and GUIDs (None when the format does not look the schema up), newest first."""
     from pyspark.sql import functions as F
 
+    writers = dict(writers or {})
     value = F.col("value")
-    magic = F.substring(value, 1, 1)
-    v0 = magic == F.lit(bytes([MAGIC_ID]))
-    v1 = magic == F.lit(bytes([MAGIC_GUID]))
-    prefix_id = F.when(v0, F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("bigint"))
-    prefix_guid = F.when(v1, F.lower(F.hex(F.substring(value, 2, 16))))
+    v0 = F.startswith(value, F.lit(bytes([MAGIC_ID])))
+    v1 = F.startswith(value, F.lit(bytes([MAGIC_GUID])))
+    prefix_writer = F.lit(None).cast("bigint")
+    for key, guid in reversed(list(writers.items())):  # the first (newest) writer is tested first
+        found = F.startswith(value, F.lit(bytes([MAGIC_ID]) + key.to_bytes(4, "big")))
+        if guid:
+            found = found | F.startswith(value, F.lit(bytes([MAGIC_GUID]) + _guid_bytes(guid)))
+        prefix_writer = F.when(found, F.lit(key).cast("bigint")).otherwise(prefix_writer)
+    prefix_named = (F.when(v0, F.concat(F.lit("schema id "), F.conv(F.hex(F.substring(value, 2, 4)), 16, 10)))
+                    .when(v1, F.concat(F.lit("schema GUID "), F.lower(F.hex(F.substring(value, 2, 16))))))
     prefix_body = (F.when(v0, F.expr(f"substring(value, {PREFIX_LEN + 1})"))
                    .when(v1, F.expr(f"substring(value, {GUID_PREFIX_LEN + 1})")))
-    first_byte = F.concat(F.lit("0x"), F.lower(F.hex(magic)))
+    first_byte = F.concat(F.lit("0x"), F.lower(F.hex(F.substring(value, 1, 1))))
     prefix_error = (
         F.when(F.length(value) == 0, F.lit("not Confluent-framed: the value is empty"))
         .when(~(v0 | v1), F.concat(F.lit("not Confluent-framed: first byte "), first_byte,
@@ -60,17 +78,23 @@ def framing(where: str, header_name: str = VALUE_HEADER) -> Framing:
               F.lit(f"not Confluent-framed: shorter than the {GUID_PREFIX_LEN}-byte GUID prefix"))
     )
     if where == "prefix":
-        return Framing(prefix_id, prefix_guid, prefix_body, prefix_error)
+        return Framing(prefix_writer, prefix_named, prefix_body, prefix_error)
     header = F.try_element_at(F.filter("kafka_headers", lambda h: h["key"] == F.lit(header_name)), F.lit(1))["value"]
-    header_ok = (F.substring(header, 1, 1) == F.lit(bytes([MAGIC_GUID]))) & (F.length(header) == GUID_PREFIX_LEN)
-    header_guid = F.when(header_ok, F.lower(F.hex(F.substring(header, 2, 16))))
+    header_writer = F.lit(None).cast("bigint")
+    for key, guid in reversed(list(writers.items())):
+        if guid:
+            header_writer = F.when(header == F.lit(bytes([MAGIC_GUID]) + _guid_bytes(guid)),
+                                   F.lit(key).cast("bigint")).otherwise(header_writer)
+    header_ok = F.startswith(header, F.lit(bytes([MAGIC_GUID]))) & (F.length(header) == GUID_PREFIX_LEN)
+    header_named = F.concat(F.lit("schema GUID "), F.lower(F.hex(F.substring(header, 2, 16))))
     header_error = F.when(~header_ok, F.lit(f"the {header_name} header is not 0x01 + a 16-byte GUID"))
     if where == "header":
-        return Framing(F.lit(None).cast("bigint"), header_guid, value,
+        return Framing(header_writer, header_named, value,
                        F.when(header.isNull(), F.lit(f"no {header_name} header (schema_id is 'header')"))
                        .otherwise(header_error))
     has_header = header.isNotNull()
-    return Framing(F.when(~has_header, prefix_id), F.when(has_header, header_guid).otherwise(prefix_guid),
+    return Framing(F.when(has_header, header_writer).otherwise(prefix_writer),
+                   F.when(has_header, header_named).otherwise(prefix_named),
                    F.when(has_header, value).otherwise(prefix_body),
                    F.when(has_header, header_error).otherwise(prefix_error))
 
@@ -78,7 +102,7 @@ def framing(where: str, header_name: str = VALUE_HEADER) -> Framing:
 class ConfluentFramed:
     """Trait of a format whose records name their schema Confluent's way: the headers are read
     unless ``schema_id`` says the prefix, and ``framing_of`` reads the spec's framing (the key's
-    view of a spec looks at ``__key_schema_id``)."""
+    view of a spec looks at ``__key_schema_id``) against the spec's writer schemas."""
 
     @classmethod
     def reads_headers(cls, spec: "JobSpec") -> bool:
@@ -86,4 +110,6 @@ class ConfluentFramed:
 
     @staticmethod
     def framing_of(spec: "JobSpec") -> Framing:
-        return framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER))
+        writers = (getattr(spec, "value_schemas", None) or {}).get("writers") or {}
+        by_key = {int(k): w.get("guid") for k, w in sorted(writers.items(), key=lambda kv: -int(kv[0]))}
+        return framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER), by_key)

@@ -9,7 +9,8 @@
 4. ``cost``: planning and commit cost at 10 / 100 / 1,000 partitions on SQLite and PostgreSQL;
 5. ``avro``: the same events as Confluent-framed Avro (``avro_dataset``; schemas from the stand-in
    registry, resolved as the plan task does), per repetition and size, interleaved: the raw read,
-   the job and a Structured Streaming peer calling ``from_avro`` (``peers/``, no project code);
+   the job, a Structured Streaming peer calling ``from_avro`` (``peers/``, no project code) and the
+   floor: a ``spark.read`` batch that only decodes and writes, with the job's Spark settings;
 6. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
    and docs/benchmarks.png.
 
@@ -75,6 +76,10 @@ def _measure(key: str, ds: Dataset, bootstrap: str, spec_uri: str, conf: dict, w
         assert value_schemas is not None
         return throughput.peer("structured_streaming_avro", ds, bootstrap, conf, work, rep,
                                schema=value_schemas["reader"])
+    if key == "avro_floor":
+        assert value_schemas is not None
+        return throughput.peer("batch_read_avro", ds, bootstrap, throughput.floor_conf(conf), work, rep,
+                               schema=value_schemas["reader"], required=[])
     return throughput.peer("structured_streaming" if key == "peer" else "batch_read", ds, bootstrap, conf, work, rep)
 
 

@@ -2,7 +2,10 @@
 the batch job and of the peers over the same records, with each sampled stack put in one cost
 category (Kafka fetch, JSON parse, sort, Parquet write, ...).
 
-    python -m offsetbatch_dev.bench.jfr_profile --records 1000000 [--write docs/performance.md]
+    python -m offsetbatch_dev.bench.jfr_profile --records 1000000 [--avro] [--write docs/performance.md]
+
+``--avro``: the same events as Confluent-framed Avro (``avro_dataset``), the job decoding them as
+``confluent-avro`` against the Structured Streaming peer that calls ``from_avro``.
 
 JFR ships with the JDK (no agent to download). With the ``profile`` settings it samples every
 thread running Java code every 10 ms (``jdk.ExecutionSample``) and every thread in native code
@@ -27,7 +30,7 @@ from pathlib import Path
 
 from offsetbatch.paths import local_dir
 from offsetbatch.sinks.files import TableLayout
-from offsetbatch_dev.bench import report, throughput
+from offsetbatch_dev.bench import avro_dataset, report, throughput
 from offsetbatch_dev.bench.dataset import ensure_dataset
 
 # (category, substrings of "class.method"), matched leaf first; the first category hit wins.
@@ -36,6 +39,7 @@ CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
                                             "NumericHistogram", "CollectList", "TypedImperativeAggregate")),
     ("UTF-8 validity scan", ("UTF8String.isValid", "UTF8String.makeValid", "UTF8String.validate")),
     ("timestamp parse", ("DateTimeUtils", "TimestampFormatter", "java.time.")),
+    ("Avro decode (from_avro)", ("org.apache.avro", "AvroDataToCatalyst", "AvroDeserializer")),
     ("JSON parse (from_json, Jackson)", ("com.fasterxml.jackson", "JacksonParser", "JsonToStructs",
                                          "JsonExpressionUtils", "CreateJacksonParser")),
     ("sort before the partitioned write", ("UnsafeExternalSorter", "UnsafeInMemorySorter", "RadixSort",
@@ -106,12 +110,13 @@ def jfr_conf(conf: dict[str, str], recording: Path) -> dict[str, str]:
 
 
 def profile_job(ds, bootstrap: str, conf: dict, work: Path, name: str = "job",
-                checkout: Path | None = None) -> tuple[float, Counter]:
+                checkout: Path | None = None, value_schemas: dict | None = None) -> tuple[float, Counter]:
     """The job as the spark_job task submits it; ``checkout``: another checkout's version of it
-    (its ``jobs/offsetbatch_job.py`` and ``include/``, with the conf that version shipped: none)."""
+    (its ``jobs/offsetbatch_job.py`` and ``include/``, with the conf that version shipped: none);
+    ``value_schemas``: ``ds`` is the Avro data set."""
     table = work / name / "table"
     shutil.rmtree(table.parent, ignore_errors=True)
-    spec = throughput.job_spec(ds, bootstrap, str(table))
+    spec = throughput.job_spec(ds, bootstrap, str(table), value_schemas)
     uri = TableLayout(str(table)).spec(1)
     spec.save(uri)
     recording = work / f"{name}.jfr"
@@ -126,9 +131,9 @@ def profile_job(ds, bootstrap: str, conf: dict, work: Path, name: str = "job",
     return seconds, samples_of(recording)
 
 
-def profile_peer(kind: str, ds, bootstrap: str, conf: dict, work: Path) -> tuple[float, Counter]:
+def profile_peer(kind: str, ds, bootstrap: str, conf: dict, work: Path, **schema: str) -> tuple[float, Counter]:
     recording = work / f"{kind}.jfr"
-    sample = throughput.peer(kind, ds, bootstrap, jfr_conf(conf, recording), work, 0)
+    sample = throughput.peer(kind, ds, bootstrap, jfr_conf(conf, recording), work, 0, **schema)
     return sample.seconds, samples_of(recording)
 
 
@@ -153,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--avro", action="store_true", help="the events as Confluent-framed Avro, against the from_avro peer")
     parser.add_argument("--write", help="a Markdown file to put the table in (section 'profile-<records>')")
     parser.add_argument("--baseline", metavar="CHECKOUT", type=Path,
                         help="also profile the job of another checkout (e.g. `git worktree add /tmp/base HEAD~1`)")
@@ -161,23 +167,34 @@ def main(argv: list[str] | None = None) -> int:
 
     broker = KafkaBroker(port=int(os.environ.get("KAFKA_PORT", "9092")))
     broker.start()
-    ds = ensure_dataset(broker.bootstrap, f"bench-{args.records}-{args.partitions}", args.records, args.partitions)
     work = local_dir() / "bench" / "profile"
     work.mkdir(parents=True, exist_ok=True)
+    schemas = None
+    if args.avro:
+        with avro_dataset.registry() as registry:
+            ds, _ = avro_dataset.ensure_avro_dataset(broker.bootstrap, registry, args.records, args.partitions)
+            schemas = avro_dataset.value_schemas(ds, registry, throughput.REQUIRED, work)
+    else:
+        ds = ensure_dataset(broker.bootstrap, f"bench-{args.records}-{args.partitions}", args.records, args.partitions)
     conf = throughput.spark_conf(args.driver_memory)
-    profiles = {"batch job": profile_job(ds, broker.bootstrap, conf, work)}
+    profiles = {"batch job": profile_job(ds, broker.bootstrap, conf, work, value_schemas=schemas)}
     if args.baseline:
         rev = subprocess.run(["git", "-C", str(args.baseline), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True).stdout.strip() or args.baseline.name
-        profiles[f"batch job at {rev}"] = profile_job(ds, broker.bootstrap, conf, work, "baseline", args.baseline)
-    profiles |= {
-                "peer: Structured Streaming": profile_peer("structured_streaming", ds, broker.bootstrap, conf, work),
-                 "peer: spark.read": profile_peer("batch_read", ds, broker.bootstrap, conf, work)}
+        profiles[f"batch job at {rev}"] = profile_job(ds, broker.bootstrap, conf, work, "baseline", args.baseline,
+                                                      schemas)
+    if schemas is not None:
+        profiles["peer: Structured Streaming + from_avro"] = profile_peer(
+            "structured_streaming_avro", ds, broker.bootstrap, conf, work, schema=schemas["reader"])
+    else:
+        profiles |= {
+            "peer: Structured Streaming": profile_peer("structured_streaming", ds, broker.bootstrap, conf, work),
+            "peer: spark.read": profile_peer("batch_read", ds, broker.bootstrap, conf, work)}
     lines = table(profiles)
     print("\n".join(lines))
     if args.write:
-        report.write_section(Path(args.write), f"profile-{args.records}", [
-            f"`python -m offsetbatch_dev.bench.jfr_profile --records {args.records}` ({ds.records:,} records, "
+        report.write_section(Path(args.write), f"profile-{'avro-' if args.avro else ''}{args.records}", [
+            f"`python -m offsetbatch_dev.bench.jfr_profile --records {args.records}{' --avro' if args.avro else ''}` ({ds.records:,} records, "
             f"{args.partitions} partitions, `local[*]` on {os.cpu_count()} cores, one run each):", "", *lines])
     return 0
 

@@ -158,16 +158,30 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     return Sample(m.job_seconds, wall, rss, m.rows_in, rejected=m.rows_rejected)
 
 
-def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int, schema: str = SCHEMA) -> Sample:
-    """One of the peers (``structured_streaming``, ``batch_read``, ``structured_streaming_avro``):
-    what a user writes instead, over the same ranges, parse and output columns, submitted by path
-    without the project's code; ``schema``: the value's (Spark DDL, or the Avro peer's Avro JSON)."""
+def floor_conf(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with every Spark setting the job ships (``product_conf``, the job's SQL defaults,
+    the V2 Kafka reader, microsecond Parquet timestamps): for the Avro floor (``peers/batch_read_avro``),
+    so that it differs from the job only in what the job checks and counts."""
+    from offsetbatch.job.read import V1_SOURCES, V1_SOURCES_DEFAULT
+    from offsetbatch.job.run import SQL_DEFAULTS
+
+    v1 = ",".join(n for n in V1_SOURCES_DEFAULT.split(",") if n != "kafka")
+    return {**product_conf(conf), **SQL_DEFAULTS, V1_SOURCES: v1,
+            "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+
+def peer(kind: str, ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int, schema: str = SCHEMA,
+         required: list[str] = REQUIRED) -> Sample:
+    """One of the peers (``structured_streaming``, ``batch_read``, ``structured_streaming_avro``,
+    ``batch_read_avro``): what a user writes instead, over the same ranges, parse and output columns,
+    submitted by path without the project's code; ``schema``: the value's (Spark DDL, or the Avro
+    peers' Avro JSON); ``required``: the fields whose null drops a row."""
     out, ckpt = work / f"{kind}-{rep}" / "table", work / f"{kind}-{rep}" / "checkpoint"
     shutil.rmtree(out.parent, ignore_errors=True)
     starting = {ds.topic: {str(tp.partition): a for tp, (a, _) in ds.ranges.items()}}
     ending = {ds.topic: {str(tp.partition): b for tp, (_, b) in ds.ranges.items()}}
     args = ["--bootstrap", bootstrap, "--topic", ds.topic, "--starting", json.dumps(starting),
-            "--ending", json.dumps(ending), "--schema", schema, "--required", ",".join(REQUIRED),
+            "--ending", json.dumps(ending), "--schema", schema, "--required", ",".join(required),
             "--columns", ",".join(OUTPUT_COLUMNS), "--date-of", "event_time", "--out", str(out),
             "--checkpoint", str(ckpt)]
     wall, rss, stdout = spark_submit(PEERS / f"{kind}.py", args, conf, work / f"{kind}-{rep}.log", with_project=False)
