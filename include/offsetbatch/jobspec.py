@@ -5,19 +5,15 @@ write it) and the manifest (what was read and written). Both are JSON files in t
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from offsetbatch import storage
 from offsetbatch.errors import ConfigError
-from offsetbatch.model import Batch, OffsetRange
-from offsetbatch.source.schema_wire import KEY_HEADER, VALUE_HEADER
+from offsetbatch.model import OffsetRange
 
-if TYPE_CHECKING:
-    from offsetbatch.config import PipelineConfig
-    from offsetbatch.source.connection import KafkaClientConfig
-
-SPEC_VERSION = 4  # 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id`` and ``output_id``
-READABLE_VERSIONS = (2, 3, 4)  # an older spec is a v4 one without what came later (PLAINTEXT, no Avro)
+# 5: ``role`` and ``value_options``; 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id``
+# and ``output_id``
+SPEC_VERSION = 5
+READABLE_VERSIONS = (2, 3, 4, 5)  # an older spec is a v5 one without what came later (PLAINTEXT, no Avro)
 
 
 @dataclass
@@ -39,36 +35,15 @@ class JobSpec:
     # secrets reach the job in a private file, never here.
     kafka_options: dict = field(default_factory=dict)
     # Avro formats: the reader schema and every writer schema the batch's records may name, resolved by
-    # the plan task (``source.value_schemas.ValueSchemas.to_spec``); the job never asks a registry.
+    # the plan task (``plan.schemas``, through the format's ``resolve_schemas``); the job never asks a registry.
     value_schemas: dict | None = None
     schema_id: str = "auto"  # confluent-* formats: where a record names its schema (``value.schema_id``)
-    schema_header: str = VALUE_HEADER  # the header naming a Confluent schema (the key's view: KEY_HEADER)
+    role: str = "value"  # what the format parses: "value", or "key" in ``key_view`` (Confluent's header names differ)
+    value_options: dict = field(default_factory=dict)  # the fields a format's own settings model adds
     # ``key.format`` other than raw: the key's settings (format, schema_ddl, required, value_schemas,
-    # schema_id), parsed into a struct column ``key`` (``key_view``).
+    # schema_id, options), parsed into a struct column ``key`` (``key_view``).
     key: dict | None = None
     version: int = SPEC_VERSION
-
-    @classmethod
-    def for_batch(cls, cfg: "PipelineConfig", client: "KafkaClientConfig", batch: Batch,
-                  value_schemas: dict | None = None, key_schemas: dict | None = None) -> "JobSpec":
-        """Everything the job needs of the pipeline's config for ``batch``: the one place that maps
-        config fields to the contract. A replay stages under its own id and publishes under its
-        target's. Only the connection's non-secret Kafka options (the secrets reach the job in a
-        private file). ``value_schemas``, ``key_schemas``: the Avro schemas the plan task resolved
-        for this batch's values and keys."""
-        key = cfg.key
-        key_settings = None if key.format == "raw" else {
-            "format": key.format, "schema_ddl": key.schema_ddl, "required": list(key.required),
-            "value_schemas": key_schemas, "schema_id": key.schema_id}
-        return cls(
-            pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
-            kafka_options=client.spark_options(), ranges=[r.to_dict() for r in batch.ranges],
-            sink=cfg.sink.model_dump(), value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl,
-            required=list(cfg.value.required), transform_sql=cfg.transform.sql,
-            transform_python=cfg.transform.python, isolation_level=cfg.kafka.isolation_level,
-            records_per_task=cfg.spark.records_per_task, value_schemas=value_schemas,
-            schema_id=cfg.value.schema_id, key=key_settings,
-        )
 
     def key_view(self) -> "JobSpec | None":
         """The spec as the key's format sees it (its settings in the value's places), or ``None``
@@ -77,7 +52,8 @@ class JobSpec:
             return None
         return replace(self, value_format=self.key["format"], schema_ddl=self.key["schema_ddl"],
                        required=self.key["required"], value_schemas=self.key["value_schemas"],
-                       schema_id=self.key["schema_id"], schema_header=KEY_HEADER, key=None)
+                       schema_id=self.key["schema_id"], value_options=self.key.get("options") or {}, role="key",
+                       key=None)
 
     @property
     def offset_ranges(self) -> list[OffsetRange]:
@@ -92,6 +68,7 @@ class JobSpec:
         if raw.get("version") not in READABLE_VERSIONS:
             raise ConfigError(f"job spec {uri} has version {raw.get('version')}, this job reads versions "
                               f"{', '.join(map(str, READABLE_VERSIONS))}")
+        raw.pop("schema_header", None)  # specs before ``role``: always the value's header (a key view is never saved)
         return cls(**{**raw, "version": SPEC_VERSION})
 
 

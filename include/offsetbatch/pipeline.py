@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from offsetbatch.config import PipelineConfig, load_config
+from offsetbatch.jobspec import JobSpec
 from offsetbatch.sinks import Sink, sink_for
 
 if TYPE_CHECKING:
     from offsetbatch.ledger import Ledger
+    from offsetbatch.model import Batch
     from offsetbatch.source.admin import KafkaAdmin
+    from offsetbatch.source.connection import KafkaClientConfig
 
 
 @dataclass(frozen=True)
@@ -51,3 +54,24 @@ class Pipeline:
         from offsetbatch.source.admin import KafkaAdmin
 
         return KafkaAdmin.for_connection(self.cfg.kafka.conn_id, self.cfg.kafka.isolation_level)
+
+    def job_spec(self, client: "KafkaClientConfig", batch: "Batch", value_schemas: dict | None = None,
+                 key_schemas: dict | None = None) -> JobSpec:
+        """Everything the job needs of the pipeline for ``batch``: the one place that maps config
+        fields to the contract. A replay stages under its own id and publishes under its target's.
+        Only the connection's non-secret Kafka options (the secrets reach the job in a private file).
+        ``value_schemas``, ``key_schemas``: the schemas the plan task resolved for this batch's
+        values and keys (``plan.schemas``)."""
+        cfg, key = self.cfg, self.cfg.key
+        key_settings = None if key.parser.leaves_bytes else {
+            "format": key.format, "schema_ddl": key.schema_ddl, "required": list(key.required),
+            "value_schemas": key_schemas, "schema_id": key.schema_id, "options": key.options}
+        return JobSpec(
+            pipeline=cfg.name, batch_id=batch.batch_id, output_id=batch.output_id, bootstrap=client.bootstrap,
+            kafka_options=client.spark_options(), ranges=[r.to_dict() for r in batch.ranges],
+            sink=cfg.sink.model_dump(), value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl,
+            required=list(cfg.value.required), transform_sql=cfg.transform.sql,
+            transform_python=cfg.transform.python, isolation_level=cfg.kafka.isolation_level,
+            records_per_task=cfg.spark.records_per_task, value_schemas=value_schemas,
+            schema_id=cfg.value.schema_id, value_options=cfg.value.options, key=key_settings,
+        )

@@ -22,7 +22,8 @@ from schema_registry_server import SchemaRegistryServer
 
 from offsetbatch.config import load_config
 from offsetbatch.formats import ERROR, FATAL, FORMATS, META
-from offsetbatch.source import value_schemas
+from offsetbatch.pipeline import Pipeline
+from offsetbatch.plan import schemas as batch_schemas
 from offsetbatch_dev.sample.avro_events import EVENT_V1, EVENT_V2, MALFORMED, UNKNOWN_ID, AvroEvents, referrer_of
 from offsetbatch_dev.sample.producer import make_event
 
@@ -74,7 +75,7 @@ def test_confluent_avro_decodes_two_writer_versions_into_the_reader_and_rejects_
     events, encoded = written
     registry.requests.clear()
     cfg = _config(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}, "required": ["page"]})
-    schemas = value_schemas.resolve(cfg, registry=lambda: _client(registry))
+    schemas = batch_schemas.resolve(Pipeline(cfg), registry=lambda: _client(registry))
     assert schemas.reader_from == {"subject": "events-value", "version": 2, "id": 2}  # latest, pinned
     assert sorted(schemas.writers) == ["1", "2"] and not any(w["incompatible"] for w in schemas.writers.values())
     v2_guid = uuid.UUID(schemas.writers["2"]["guid"])
@@ -123,7 +124,7 @@ def test_a_writer_the_reader_cannot_read_is_fatal_naming_the_field(spark, tmp_pa
     v3 = AvroEvents(registry.url, TOPIC, json.dumps(incompatible), "prefix")
     value, _ = v3({**events[0], "user_id": "u-1"})
     cfg = _config(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr", "version": 1}})
-    schemas = value_schemas.resolve(cfg, registry=lambda: _client(registry))
+    schemas = batch_schemas.resolve(Pipeline(cfg), registry=lambda: _client(registry))
     assert schemas.reader_from["version"] == 1 and schemas.writers["3"]["incompatible"].startswith("field(s) 'user_id'")
     out = FORMATS["confluent-avro"].parse(_records(spark, [encoded[0], (value, [])]), _spec(schemas, schema_id="prefix"))
     assert out.columns[-1] == ERROR and "referrer" not in out.columns
@@ -149,7 +150,8 @@ def test_plain_avro_keeps_a_record_whose_fields_are_all_null_and_rejects_garbage
         return buf.getvalue()
 
     values = [enc({"a": None, "b": None}), enc({"a": "x", "b": 1}), b"\x06", b"\x02\x09"]
-    out = FORMATS["avro"].parse(_records(spark, [(v, []) for v in values]), _spec(value_schemas.resolve(cfg)))
+    schemas = batch_schemas.resolve(Pipeline(cfg))
+    out = FORMATS["avro"].parse(_records(spark, [(v, []) for v in values]), _spec(schemas))
     got = sorted(out.collect(), key=lambda r: r.kafka_offset)
     assert [(r.a, r.b, r[ERROR]) for r in got] == [
         (None, None, None), ("x", 1, None),
@@ -195,7 +197,7 @@ def test_keys_parse_with_their_own_format_into_a_key_column(spark, tmp_path, reg
     assert headers[0][0] == "__key_schema_id"
     cfg = _config(tmp_path, {"format": "json", "schema": "event_id STRING", "required": ["event_id"]},
                   key={"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
-    schemas = value_schemas.resolve(cfg, registry=lambda: _client(registry), role="key")
+    schemas = batch_schemas.resolve(Pipeline(cfg), "key", registry=lambda: _client(registry))
     assert schemas.reader_from["subject"] == "events-key"
     spec = JobSpec(pipeline="p", batch_id=1, output_id=1, bootstrap="x:1", ranges=[], sink={"path": "/t"},
                    value_format="json", schema_ddl="event_id STRING", required=["event_id"],

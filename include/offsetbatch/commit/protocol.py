@@ -102,5 +102,5 @@ def commit_batch(pipeline: Pipeline, ledger: Ledger, batch_id: int, attempt: str
              sink.describe(batch.output_id), manifest.rows_out, manifest.rows_rejected,
              f", replacing the output of batch {batch.target_batch_id}" if batch.target_batch_id else "")
     if kafka is not None and batch.moves_frontier:
-        publish_progress(cfg, ledger, kafka)
+        publish_progress(cfg.name, cfg.group_id, ledger, kafka)
     return CommitResult(batch_id, "committed", stats, [str(r) for r in batch.ranges])

@@ -17,10 +17,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from offsetbatch.config import validation
+from offsetbatch import validation
 from offsetbatch.errors import ConfigError
-from offsetbatch.formats import ERROR, FORMATS, KEY_COLUMN, META
-from offsetbatch.formats.json_value import CORRUPT as JSON_CORRUPT
+from offsetbatch.formats import KEY_COLUMN, ValueSettings, settings_for as value_settings_for
 from offsetbatch.paths import bundled_pipelines_dir
 from offsetbatch.sinks import SINKS, SinkSettings, settings_for
 
@@ -57,57 +56,6 @@ class KafkaSettings(_Model):
 class Caps(_Model):
     max_records_per_partition: int = Field(5_000_000, gt=0)
     max_records_per_batch: int = Field(50_000_000, gt=0)
-
-
-class RegistrySubject(_Model):
-    conn_id: str = Field("schema_registry_default", description="Airflow connection of the schema registry "
-                         "(offsetbatch.source.schema_registry lists its fields)")
-    subject: str | None = Field(None, description="subject of the reader schema; default '<topic>-value' of the "
-                                "pipeline's one topic (TopicNameStrategy)")
-    version: int | Literal["latest"] = Field("latest", description="the reader schema's version; 'latest' is "
-                                             "pinned when a batch is planned and recorded with it")
-    writer_subjects: list[str] | None = Field(None, description="subjects whose versions the records may be "
-                                              "written with; default [subject]")
-
-    @field_validator("version")
-    @classmethod
-    def _from_one(cls, v: int | str) -> int | str:
-        if isinstance(v, int) and v < 1:
-            raise ValueError("a subject version is a number from 1, or 'latest'")
-        return v
-
-
-class ValueSettings(_Model):
-    format: str = Field("json", description="a value format of offsetbatch.formats.FORMATS: 'json', 'raw', "
-                        "'avro', 'confluent-avro' or 'confluent-json'")
-    schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
-    required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
-    avro_schema: str | None = Field(None, description="Avro reader schema: inline JSON, or an .avsc file "
-                                    "(relative to the pipeline file)")
-    schema_registry: RegistrySubject | None = Field(None, description="where confluent-avro's schemas are")
-    schema_id: Literal["auto", "prefix", "header"] = Field(
-        "auto", description="where a Confluent-framed value names its schema: the 5-byte prefix, the "
-        "__value_schema_id header, or either (auto; the job then reads every record's headers)")
-
-    @field_validator("format")
-    @classmethod
-    def _known_format(cls, v: str) -> str:
-        if v not in FORMATS:
-            raise ValueError(f"must be one of {', '.join(repr(f) for f in sorted(FORMATS))}, got {v!r}")
-        return v
-
-    @field_validator("schema_ddl")
-    @classmethod
-    def _ddl_parses(cls, v: str | None) -> str | None:
-        """A DDL typo would otherwise fail only in the Spark job, after the batch was planned."""
-        if v is not None:
-            validation.check_schema_ddl(v, reserved=[*META, "value", ERROR, JSON_CORRUPT])
-        return v
-
-    @model_validator(mode="after")
-    def _fits_format(self) -> "ValueSettings":
-        FORMATS[self.format].check(self)
-        return self
 
 
 class TransformSettings(_Model):
@@ -249,23 +197,9 @@ class PipelineConfig(_Model):
         return data
 
     @model_validator(mode="after")
-    def _no_write_back(self) -> "PipelineConfig":
-        """A Kafka output that is one of the pipeline's own source topics (on the same connection)
-        loops: every run writes its records back, and the next run reads them again."""
-        outputs = {name: getattr(self.sink, name, None) for name in ("topic", "dead_letter_topic")}
-        if outputs["topic"] is None:
-            return self
-        if outputs["dead_letter_topic"] == outputs["topic"]:
-            raise ValueError(f"sink.dead_letter_topic is sink.topic ({outputs['topic']!r}): rejected records would "
-                             f"be mixed into the output; give the dead-letter topic a name of its own")
-        if getattr(self.sink, "conn_id", None) != self.kafka.conn_id:
-            return self  # another cluster: the plan task compares the clusters (sinks.kafka)
-        for name, topic in outputs.items():
-            if topic is not None and self.reads_topic(topic):
-                raise ValueError(
-                    f"sink.{name} {topic!r} is a topic this pipeline reads (kafka.topics/kafka.pattern, connection "
-                    f"'{self.kafka.conn_id}'): each run would write its records back into its own source and the "
-                    f"next run would read them again. Write to another topic")
+    def _sink_fits_source(self) -> "PipelineConfig":
+        """The sink's own rules about the source (a Kafka output must not be a topic it reads)."""
+        self.sink.check_source_config(self.kafka.conn_id, self.reads_topic)
         return self
 
     @model_validator(mode="after")
@@ -274,8 +208,8 @@ class PipelineConfig(_Model):
         column = self.sink.event_time_column
         if column is None or self.transform.sql or self.transform.python:
             return self
-        known = FORMATS[self.value.format].output_columns(self.value, self.base_dir)
-        if known is not None and self.key.format != "raw":
+        known = self.value.parser.output_columns(self.value, self.base_dir)
+        if known is not None and not self.key.parser.leaves_bytes:
             known = [*known, KEY_COLUMN]
         if known is not None and column.lower() not in {c.lower() for c in known}:
             raise ValueError(f"sink.event_time_column {column!r} is not a column of the output (its columns: "
@@ -288,17 +222,12 @@ class PipelineConfig(_Model):
         for role in ("value", "key"):
             settings = getattr(self, role)
             try:
-                FORMATS[settings.format].check_files(settings, self.base_dir)
+                settings.parser.check_files(settings, self.base_dir)
             except ValueError as exc:
                 raise ValueError(f"{role}: {exc}") from None
-            ref = settings.schema_registry
-            if (settings.format == "confluent-avro" and not (ref and (ref.subject or settings.avro_schema))
-                    and len(self.kafka.topics or []) != 1):
-                raise ValueError(f"{role}.schema_registry.subject is needed when the pipeline reads more than one topic "
-                                 f"or a pattern (the default, '<topic>-{role}', needs exactly one topic); or give "
-                                 f"{role}.avro_schema as the reader schema and {role}.schema_registry.writer_subjects")
-        if self.key.format != "raw":
-            columns = FORMATS[self.value.format].output_columns(self.value, self.base_dir) or []
+            settings.parser.check_topics(settings, role, self.kafka.topics)
+        if not self.key.parser.leaves_bytes:
+            columns = self.value.parser.output_columns(self.value, self.base_dir) or []
             if KEY_COLUMN in columns:
                 raise ValueError(f"key.format {self.key.format!r} adds the column '{KEY_COLUMN}', which the value "
                                  f"already has; rename the value's field")
@@ -313,6 +242,12 @@ class PipelineConfig(_Model):
         if self.kafka.topics:
             return topic in self.kafka.topics
         return re.fullmatch(self.kafka.pattern or "", topic) is not None
+
+    @field_validator("value", "key", mode="before")
+    @classmethod
+    def _settings_of_its_format(cls, v):
+        """Each format validates its own settings (``ValueFormat.Settings``)."""
+        return value_settings_for(v)
 
     @field_validator("sink", mode="before")
     @classmethod

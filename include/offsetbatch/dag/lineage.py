@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import attr
 from openlineage.client.event_v2 import InputDataset, OutputDataset
@@ -64,23 +63,6 @@ class OffsetbatchRunFacet(RunFacet):
         return f"{SCHEMA_BASE}/OffsetbatchRunFacet.json"
 
 
-def dataset_name(uri: str) -> tuple[str, str]:
-    """(namespace, name) of a sink's asset URI in OpenLineage's dataset naming."""
-    parts = urlsplit(uri)
-    if parts.scheme == "file":
-        return "file", parts.path
-    if parts.scheme in ("s3", "s3a"):
-        return f"s3://{parts.netloc}", parts.path.lstrip("/")
-    if parts.scheme == "postgres":
-        database, schema, table = parts.path.strip("/").split("/", 2)
-        return f"postgres://{parts.netloc}", f"{database}.{schema}.{table}"
-    if parts.scheme == "kafka":
-        return f"kafka://{parts.netloc}", parts.path.lstrip("/")
-    if parts.scheme == "iceberg":
-        return f"iceberg://{parts.netloc}", parts.path.strip("/").replace("/", ".")
-    return f"{parts.scheme}://{parts.netloc}", parts.path
-
-
 def _ranges(batches: list[dict]) -> dict[str, list[dict[str, Any]]]:
     """Per topic, the ranges of ``batches`` (each ``{"batch_id", "ranges": ["t/0[5,9)", …]}``)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -95,7 +77,7 @@ def _ranges(batches: list[dict]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _schema(cfg: "PipelineConfig") -> schema_dataset.SchemaDatasetFacet | None:
-    from offsetbatch.formats.json_value import ddl_fields
+    from offsetbatch.formats.ddl import ddl_fields
 
     if not cfg.value.schema_ddl:
         return None
@@ -110,24 +92,21 @@ def task_lineage(cfg: "PipelineConfig", plan: dict | None, commit: dict | None =
     from airflow.providers.openlineage.extractors import OperatorLineage
 
     from offsetbatch.pipeline import Pipeline
-    from offsetbatch.sinks.uris import kafka_topic_uri
+    from offsetbatch.sinks.uris import kafka_dataset, kafka_topic_uri
 
     planned = list((plan or {}).get("batches") or [])
     batches = list((commit or {}).get("batches") or []) or planned
     schema = _schema(cfg)
     inputs = []
     for topic, ranges in sorted(_ranges(batches).items()):
-        namespace, name = dataset_name(kafka_topic_uri(cfg.kafka.conn_id, topic))
+        namespace, name = kafka_dataset(kafka_topic_uri(cfg.kafka.conn_id, topic))
         inputs.append(InputDataset(namespace=namespace, name=name, facets={"schema": schema} if schema else {},
                                    inputFacets={"offsetbatch_offsets": OffsetRangesInputDatasetFacet(ranges=ranges)}))
     out = []
     if outputs and batches:
         sink = Pipeline(cfg).sink
-        dead_letter = getattr(sink.settings, "dead_letter_topic", None)
-        rejected_uri = kafka_topic_uri(sink.settings.conn_id, dead_letter) if dead_letter else \
-            _location_uri(f"{sink.settings.path.rstrip('/')}/_rejected")
-        for uri, rows in ((sink.asset_uri(), "rows_out"), (rejected_uri, "rows_rejected")):
-            namespace, name = dataset_name(uri)
+        for (namespace, name), rows in ((sink.lineage_dataset(), "rows_out"),
+                                        (sink.rejected_lineage_dataset(), "rows_rejected")):
             facets = {"outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
                 rowCount=int(commit.get(rows) or 0))} if commit else {}
             out.append(OutputDataset(namespace=namespace, name=name, outputFacets=facets))
@@ -135,7 +114,3 @@ def task_lineage(cfg: "PipelineConfig", plan: dict | None, commit: dict | None =
         {"batchId": b["batch_id"], **({"kind": b["kind"]} if b.get("kind") else {}),
          **({"replays": b["target"]} if b.get("target") else {})} for b in planned or batches])
     return OperatorLineage(inputs=inputs, outputs=out, run_facets={"offsetbatch": run})
-
-
-def _location_uri(path: str) -> str:
-    return path if "://" in path else f"file://{path}"

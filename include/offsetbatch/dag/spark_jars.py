@@ -19,15 +19,20 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from offsetbatch.errors import ArtifactError
 from offsetbatch.paths import cache_dir
+
+if TYPE_CHECKING:
+    from offsetbatch.formats import ValueFormat
 
 ENV = "OFFSETBATCH_SPARK_JARS"
 # What each feature needs, by artifact id (a jar's file name up to its version).
 CONNECTOR = ("spark-sql-kafka-0-10_2.13", "spark-token-provider-kafka-0-10_2.13", "kafka-clients", "commons-pool2")
 S3A = ("hadoop-aws", "bundle")
-AVRO = ("spark-avro_2.13",)  # cached with the connector (scripts/maven/spark-kafka-connector.pom.xml)
+# A value format's jars (``ValueFormat.jars``) are cached with the connector's
+# (scripts/maven/spark-kafka-connector.pom.xml).
 _HOW = (f"Set {ENV} to a folder holding them (README, 'Add offsetbatch to an existing Airflow', lists the Maven "
         f"coordinates), or in a checkout run 'make setup' (needs Maven Central once).")
 
@@ -56,16 +61,20 @@ def spark_s3a_jars() -> list[str]:
     return _cached(spark_s3a_dir(), "Hadoop's S3A connector (hadoop-aws)", why)
 
 
-def spark_avro_jars() -> list[str]:
-    """Checks that Spark's Avro functions are there (they come with the connector's jars)."""
-    why = ", and this pipeline's values are Avro"
+def format_jars(fmt: "type[ValueFormat]") -> list[str]:
+    """Checks that the jars a value format needs (``ValueFormat.jars``, such as spark-avro_2.13 for
+    the Avro formats) are there: they are cached with the connector's, or in the provided folder."""
+    if not fmt.jars:
+        return []
+    what, why = f"the Spark jars of value format {fmt.name!r}", f", which this pipeline parses with"
     if folder := _provided():
-        _require(folder, AVRO, "Spark's Avro functions (spark-avro_2.13)", why)
+        _require(folder, fmt.jars, what, why)
     else:
-        jars = _cached(spark_connector_dir(), "Spark's Avro functions (spark-avro_2.13)", why)
-        if not any(_artifact(Path(j)) in AVRO for j in jars):
-            raise ArtifactError(f"Spark's Avro functions (spark-avro_2.13) are not in {spark_connector_dir()}{why}: "
-                                f"the cache predates them. {_HOW}")
+        jars = _cached(spark_connector_dir(), what, why)
+        missing = sorted(set(fmt.jars) - {_artifact(Path(j)) for j in jars})
+        if missing:
+            raise ArtifactError(f"{', '.join(missing)} ({what}) is not in {spark_connector_dir()}{why}: the cache "
+                                f"predates it. {_HOW}")
     return []  # among the connector's jars
 
 
@@ -73,9 +82,9 @@ def job_jars(sink_path: str, *formats: str) -> list[str]:
     """Every jar the job of a pipeline whose sink is at ``sink_path`` and whose values and keys are
     in ``formats`` needs."""
     from offsetbatch import storage
-    from offsetbatch.formats import AVRO_FORMATS
+    from offsetbatch.formats import format_of
 
-    return (spark_connector_jars() + (spark_avro_jars() if set(formats) & set(AVRO_FORMATS) else [])
+    return (spark_connector_jars() + [j for f in dict.fromkeys(formats) for j in format_jars(format_of(f))]
             + (spark_s3a_jars() if storage.is_s3(sink_path) else []))
 
 

@@ -27,28 +27,25 @@ from offsetbatch.commit.protocol import commit_batch
 from offsetbatch.commit.publication import publish_pending
 from offsetbatch.dag.asset_partitions import partition_key
 from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError
-from offsetbatch.jobspec import JobSpec
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.planner import RunInfo, plan_for_run
 from offsetbatch.plan.request import RunRequest, from_params, run_interval
+from offsetbatch.plan import schemas as batch_schemas
 from offsetbatch.plan.reset import run_reset
-from offsetbatch.source import value_schemas
+from offsetbatch.plan.schemas import Schemas
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.connection import KafkaClientConfig, from_connection
 
 log = logging.getLogger(__name__)
 
 
-Schemas = dict[str, value_schemas.ValueSchemas | None]  # by role: "value", "key"
-
-
 def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch, schemas: Schemas | None = None) -> str:
-    """The job spec of ``batch`` (``JobSpec.for_batch``), where the job and the commit find it."""
+    """The job spec of ``batch`` (``Pipeline.job_spec``), where the job and the commit find it."""
     uri = pipeline.sink.staging.spec(batch.batch_id)
     found = {role: s.to_spec() for role, s in (schemas or {}).items() if s is not None}
-    JobSpec.for_batch(pipeline.cfg, client, batch, found.get("value"), found.get("key")).save(uri)
+    pipeline.job_spec(client, batch, found.get("value"), found.get("key")).save(uri)
     return uri
 
 
@@ -78,8 +75,7 @@ def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: dateti
         pipeline.sink.check_writable()
         # The schema registry too: down, refusing the credentials, or without the subject, it fails
         # the task here, before the ledger is opened. A reset needs no schema.
-        schemas = ({role: value_schemas.resolve(cfg, role=role) for role in ("value", "key")}
-                   if request.mode != "reset" else None)
+        schemas = batch_schemas.resolve_all(pipeline) if request.mode != "reset" else None
         with pipeline.ledger(create=ownership.creates_ledger(pipeline.sink)) as ledger:
             return _plan_with(pipeline, ledger, kafka, request, RunInfo(dag_id, run_id, interval[0], interval[1],
                                                                          request, run_type), interval, schemas)
@@ -98,7 +94,7 @@ def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: R
     client = kafka.client
     faults.checkpoint("plan.after_commit")
     if result.needs_work and schemas and any(schemas.values()):
-        schemas = _pin_schemas(pipeline, ledger, result.batches, schemas)
+        schemas = batch_schemas.pin(pipeline, ledger, result.batches, schemas)
     batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
                 "ranges": [str(r) for r in b.ranges],
                 "spec": write_spec(pipeline, client, b, schemas) if result.needs_work else None}
@@ -106,23 +102,6 @@ def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: R
     return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
             "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],
             "run_type": run.run_type, "interval": [_iso(interval[0]), _iso(interval[1])]}
-
-
-def _pin_schemas(pipeline: Pipeline, ledger: Ledger, batches: list[Batch], schemas: Schemas) -> Schemas:
-    """The schemas the batches' specs get: the writer versions registered while the plan ran added,
-    the readers as resolved before (``latest`` stays pinned), recorded in the ledger per batch."""
-    schemas = {role: value_schemas.refreshed(pipeline.cfg, s, role=role) for role, s in schemas.items()}
-    found = {role: s for role, s in schemas.items() if s is not None}
-    detail = value_schemas.recorded(found["value"]) if "value" in found else {}
-    if "key" in found:
-        detail = {**detail, "key": value_schemas.recorded(found["key"])}
-    with ledger.lock(pipeline.name) as conn:
-        for b in batches:
-            ledger.event(conn, pipeline.name, "value_schema", detail, b.batch_id)
-    for b in batches:
-        for role, s in found.items():
-            log.info("pipeline %s batch %d: %s schemas: %s", pipeline.name, b.batch_id, role, s.describe())
-    return schemas
 
 
 def _iso(ts: datetime | None) -> str | None:

@@ -1,24 +1,25 @@
-"""Value formats: how the Spark job parses Kafka values, chosen by ``value.format`` in the pipeline
-YAML. Adding a format: one module with a ``ValueFormat`` subclass, one line in ``FORMATS``, tests."""
+"""Value formats: how the Spark job parses Kafka values and keys, chosen by ``value.format`` and
+``key.format`` in the pipeline YAML. Adding a format: one module with a ``ValueFormat`` subclass
+(its settings checks, its jars, its plan-time schema hook: ``formats.base``), one
+``register_format`` line below, tests. Nothing outside this folder branches on a format's name."""
 
 from __future__ import annotations
 
 from offsetbatch.formats.avro_value import AvroFormat, ConfluentAvroFormat
-from offsetbatch.formats.base import ERROR, FATAL, META, ValueFormat
+from offsetbatch.formats.base import (ERROR, FATAL, FORMATS, META, RegistrySubject, ResolvedSchemas, SchemaContext,
+                                     ValueFormat, ValueSettings, format_of, register_format, settings_for)
 from offsetbatch.formats.confluent_json import ConfluentJsonFormat
 from offsetbatch.formats.json_value import JsonFormat
 from offsetbatch.formats.raw import RawFormat
 
-FORMATS: dict[str, type[ValueFormat]] = {
-    RawFormat.name: RawFormat,
-    JsonFormat.name: JsonFormat,
-    ConfluentJsonFormat.name: ConfluentJsonFormat,
-    AvroFormat.name: AvroFormat,
-    ConfluentAvroFormat.name: ConfluentAvroFormat,
-}
+register_format(RawFormat)
+register_format(JsonFormat)
+register_format(ConfluentJsonFormat)
+register_format(AvroFormat)
+register_format(ConfluentAvroFormat)
+
 # The struct column a key format other than raw adds to the records (its fields; NULL for a null key).
 KEY_COLUMN = "key"
-# Formats whose job needs Spark's Avro functions (spark-avro_2.13, ``dag.spark_jars``).
-AVRO_FORMATS = (AvroFormat.name, ConfluentAvroFormat.name)
 
-__all__ = ["AVRO_FORMATS", "ERROR", "FATAL", "FORMATS", "KEY_COLUMN", "META", "ValueFormat"]
+__all__ = ["ERROR", "FATAL", "FORMATS", "KEY_COLUMN", "META", "RegistrySubject", "ResolvedSchemas", "SchemaContext",
+           "ValueFormat", "ValueSettings", "format_of", "register_format", "settings_for"]

@@ -5,7 +5,7 @@
   (``value.avro_schema``: inline JSON or an ``.avsc`` file).
 * ``confluent-avro``: written by a Confluent schema-registry serializer. The record names its writer
   schema (``formats.confluent_framing``); the plan task fetched every writer schema the batch may
-  name from the registry and put them in the job spec (``source.value_schemas``), with the reader
+  name from the registry and put them in the job spec (``formats.avro_schemas``), with the reader
   schema (``value.schema_registry`` subject and version, ``latest`` pinned at plan time, or
   ``value.avro_schema``). Each record is decoded with its writer schema into the reader schema, so
   old and new records land in one shape (Avro schema resolution: a field the writer did not have
@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from offsetbatch.formats import avro_schema
-from offsetbatch.formats.base import ERROR, FATAL, META, ValueFormat
+from offsetbatch.formats import avro_schema, avro_schemas
+from offsetbatch.formats.avro_schemas import PLAIN_WRITER, ValueSchemas, check_reader_fields
+from offsetbatch.formats.base import ERROR, FATAL, META, SchemaContext, ValueFormat, ValueSettings
 from offsetbatch.formats.confluent_framing import ConfluentFramed
 
 if TYPE_CHECKING:
@@ -38,28 +39,12 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame
 
-    from offsetbatch.config import ValueSettings
     from offsetbatch.jobspec import JobSpec
-
-PLAIN_WRITER = "0"  # the one writer of the ``avro`` format, keyed like a registry id in the job spec
-RESERVED = (*META, "value", ERROR)
-
-
-def check_reader_fields(fields: list[str], required: list[str], where: str) -> None:
-    """The reader's fields become columns next to the Kafka ones: refuse a clash or a required field
-    the reader does not have."""
-    clash = [f for f in fields if f.lower() in {r.lower() for r in RESERVED}]
-    if clash:
-        raise ValueError(f"{where} has field(s) {', '.join(clash)} named like the job's own columns "
-                         f"({', '.join(RESERVED)}); rename them in the reader schema")
-    missing = [f for f in required if f not in fields]
-    if missing:
-        raise ValueError(f"'required' names field(s) {', '.join(missing)} that {where} does not have")
-
 
 class AvroFormat(ValueFormat):
     name = "avro"
     keeps_value = False
+    jars = ("spark-avro_2.13",)  # Spark's from_avro
 
     @classmethod
     def check(cls, value: "ValueSettings") -> None:
@@ -80,6 +65,10 @@ class AvroFormat(ValueFormat):
         return [*META, *avro_schema.field_names(avro_schema.load_text(value.avro_schema, base_dir))]
 
     @classmethod
+    def resolve_schemas(cls, value: "ValueSettings", context: SchemaContext) -> ValueSchemas:
+        return avro_schemas.of_file(value, context)
+
+    @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
         from pyspark.sql import functions as F
 
@@ -96,6 +85,23 @@ class ConfluentAvroFormat(ConfluentFramed, AvroFormat):
         if value.schema_registry is None:
             raise ValueError(f"format {value.format!r} needs 'schema_registry' (at least its conn_id): the writer "
                              f"schemas are fetched from it")
+
+    @classmethod
+    def check_topics(cls, value: "ValueSettings", role: str, topics: list[str] | None) -> None:
+        ref = value.schema_registry
+        if not (ref and (ref.subject or value.avro_schema)) and len(topics or []) != 1:
+            raise ValueError(f"{role}.schema_registry.subject is needed when the pipeline reads more than one topic "
+                             f"or a pattern (the default, '<topic>-{role}', needs exactly one topic); or give "
+                             f"{role}.avro_schema as the reader schema and {role}.schema_registry.writer_subjects")
+
+    @classmethod
+    def resolve_schemas(cls, value: "ValueSettings", context: SchemaContext) -> ValueSchemas:
+        return avro_schemas.from_registry(value, context)
+
+    @classmethod
+    def refresh_schemas(cls, value: "ValueSettings", schemas: "ValueSchemas | None",
+                        context: SchemaContext) -> "ValueSchemas | None":
+        return avro_schemas.refreshed(value, schemas, context)
 
     @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":

@@ -1,5 +1,5 @@
 """Confluent's wire framing as Spark columns: which writer schema a record names, and where its body
-starts. The byte layouts are documented in ``offsetbatch.source.schema_wire`` (the plan task's pure
+starts. The byte layouts are documented in ``offsetbatch.formats.confluent_wire`` (the plan task's pure
 Python reader of the same bytes); this is the job's reading of them, one expression per record.
 
 * prefix v0: ``0x00`` + 4-byte big-endian schema id, then the body;
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from offsetbatch.source.schema_wire import GUID_PREFIX_LEN, MAGIC_GUID, MAGIC_ID, PREFIX_LEN, VALUE_HEADER
+from offsetbatch.formats.confluent_wire import GUID_PREFIX_LEN, KEY_HEADER, MAGIC_GUID, MAGIC_ID, PREFIX_LEN, VALUE_HEADER
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -112,4 +112,5 @@ class ConfluentFramed:
     def framing_of(spec: "JobSpec") -> Framing:
         writers = (getattr(spec, "value_schemas", None) or {}).get("writers") or {}
         by_key = {int(k): w.get("guid") for k, w in sorted(writers.items(), key=lambda kv: -int(kv[0]))}
-        return framing(spec.schema_id, getattr(spec, "schema_header", VALUE_HEADER), by_key)
+        header = KEY_HEADER if getattr(spec, "role", "value") == "key" else VALUE_HEADER
+        return framing(spec.schema_id, header, by_key)

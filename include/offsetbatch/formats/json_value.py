@@ -8,43 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from offsetbatch.formats.base import ERROR, META, ValueFormat
+from offsetbatch.formats.base import CORRUPT, ERROR, META, ValueFormat, ValueSettings
+from offsetbatch.formats.ddl import ddl_field_names
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from offsetbatch.config import ValueSettings
-
     from offsetbatch.jobspec import JobSpec
-
-CORRUPT = "_corrupt_record"
-
-
-def ddl_fields(ddl: str) -> list[tuple[str, str]]:
-    """(name, type) of each top-level field of a DDL string (``<...>`` and ``(...)`` do not split)."""
-    parts, depth, cur = [], 0, ""
-    for ch in ddl:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    fields = []
-    for part in (p.strip() for p in parts if p.strip()):
-        name, _, kind = part.partition(" ")
-        fields.append((name.strip("`"), kind.strip()))
-    return fields
-
-
-def ddl_field_names(ddl: str) -> list[str]:
-    """Field names of a DDL string (top-level commas only)."""
-    return [name for name, _ in ddl_fields(ddl)]
 
 
 class JsonFormat(ValueFormat):

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from offsetbatch.formats.base import ERROR, ValueFormat
+from offsetbatch.formats.base import ERROR, ValueFormat, ValueSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from offsetbatch.config import ValueSettings
 
     from offsetbatch.jobspec import JobSpec
 
 
 class RawFormat(ValueFormat):
     name = "raw"
+    leaves_bytes = True
 
     @classmethod
     def check(cls, value: "ValueSettings") -> None:

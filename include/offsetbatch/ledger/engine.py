@@ -29,7 +29,7 @@ LOCK_TIMEOUT_S = 120
 
 def url_from_connection(conn_id: str, field: str = "ledger.conn_id") -> str:
     """SQLAlchemy URL of an Airflow connection (``sqlite`` host = file path; ``postgres``)."""
-    from offsetbatch.config.connections import get_connection
+    from offsetbatch.connections import get_connection
 
     conn = get_connection(conn_id, field)
     if conn.conn_type == "sqlite":

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import sqlalchemy as sa
 
-from offsetbatch.config.validation import check_ledger_url
+from offsetbatch.validation import check_ledger_url
 from offsetbatch.errors import ConfigError
 from offsetbatch.ledger import engine as eng
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError

@@ -50,7 +50,7 @@ def _connector() -> str:
 
 
 def _airflow_conn(conn_id: str, conn_type: str) -> str:
-    from offsetbatch.config.connections import get_connection
+    from offsetbatch.connections import get_connection
 
     conn = get_connection(conn_id, f"{conn_type} connection")
     if conn.conn_type != conn_type:
@@ -99,7 +99,7 @@ def _ledger(pipeline: Pipeline) -> str:
 def _transform(cfg: PipelineConfig) -> str:
     """The config-load checks of the schema, transform and schedule again, reported as one line: a
     Python transform imports in this environment, not necessarily in Airflow's or Spark's."""
-    from offsetbatch.config import validation
+    from offsetbatch import validation
 
     parts = []
     if cfg.value.schema_ddl:
@@ -115,21 +115,11 @@ def _transform(cfg: PipelineConfig) -> str:
     return "; ".join(parts) + " (column names are checked by the Spark job before it reads Kafka)"
 
 
-def _object_store(cfg: PipelineConfig) -> str:
-    """The sink's bucket: reached, and one object written, read back and deleted."""
-    from offsetbatch.dag.spark_jars import spark_s3a_jars
-    from offsetbatch.storage.s3 import S3Settings, check_bucket
+def _spark_jars(cfg: PipelineConfig) -> str:
+    """Every jar this pipeline's job needs: the connector's, its formats' and, for a sink on S3, S3A's."""
+    from offsetbatch.dag.spark_jars import job_jars
 
-    settings = S3Settings.from_connection(cfg.sink.storage_conn_id)
-    check_bucket(settings, cfg.sink.path)
-    return f"{cfg.sink.path}: writable with connection {cfg.sink.storage_conn_id}; {len(spark_s3a_jars())} S3A jars"
-
-
-def _sink_target(pipeline: Pipeline) -> str:
-    """A Kafka sink's topics: they exist and the sink's user may publish to them (the plan's check)."""
-    pipeline.sink.check_writable()
-    return (f"{pipeline.sink.target}: exists; the connection's user may write it, use transactional id "
-            f"{pipeline.sink.transactional_id} and marker group {pipeline.sink.marker_group}")
+    return f"{len(job_jars(cfg.sink.path, cfg.value.format, cfg.key.format))} jar(s) for spark-submit"
 
 
 def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
@@ -160,13 +150,9 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
                            f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
                            f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
                            f"{cfg.name}'"))
-        if cfg.sink.type == "kafka":
-            checks.append(_run(f"{cfg.name}: output topic", lambda p=pipeline: _sink_target(p),
-                               f"create the topic or have the ACLs the message names granted (or fix sink.topic / "
-                               f"sink.conn_id in {cfg.source_file})"))
-        if cfg.sink.storage_conn_id:
-            checks.append(_run(f"{cfg.name}: object store", lambda c=cfg: _object_store(c),
-                               f"fix Airflow connection {cfg.sink.storage_conn_id} (type aws: login = access key id, "
-                               f"password = secret, extra endpoint_url/region_name) or sink.path in {cfg.source_file}; "
-                               f"'make setup' caches the S3A jars"))
+        checks.append(_run(f"{cfg.name}: spark jars", lambda c=cfg: _spark_jars(c),
+                           "run 'make setup' once with access to Maven Central, or provide the jars the message "
+                           "names in OFFSETBATCH_SPARK_JARS"))
+        for name, check, fix in pipeline.sink.doctor_checks():
+            checks.append(_run(f"{cfg.name}: {name}", check, f"{fix} ({cfg.source_file})"))
     return checks

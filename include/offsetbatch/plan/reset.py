@@ -245,5 +245,5 @@ def run_reset(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: Ru
         plan = plan_reset(pipeline, ledger, conn, kafka, request.reset_to, request.allow_rewind)
         check_data_loss(plan, request.reset_to, request.allow_data_loss)
         apply_reset(ledger, conn, plan, request.actor, request.reason)
-    publish_progress(cfg, ledger, kafka)
+    publish_progress(cfg.name, cfg.group_id, ledger, kafka)
     return plan

@@ -1,8 +1,9 @@
 """Output destinations. A sink is chosen by ``sink.type`` in the pipeline YAML (default ``files``).
 
 Adding a sink: one module (or a package, like ``postgres``) defining a ``Sink`` subclass with one
-publication trait (and its ``Settings`` if it has fields of its own), one line in ``SINKS`` below,
-and its tests. ``offsetbatch.sinks.base`` explains the two
+publication trait (and its ``Settings`` if it has fields of its own, its ``doctor_checks`` and its
+``lineage_dataset``), one ``register_sink`` line below, and its tests. Nothing outside this folder
+branches on a sink's type. ``offsetbatch.sinks.base`` explains the two
 halves a sink implements.
 """
 
@@ -10,20 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from offsetbatch.sinks.base import (KeepsManifests, PublishesAfterLedgerCommit, PublishesInLedgerTransaction, Sink,
-                                    SinkSettings, StagedOutput)
+from offsetbatch.sinks.base import (SINKS, KeepsManifests, PublishesAfterLedgerCommit, PublishesInLedgerTransaction,
+                                    Sink, SinkSettings, StagedOutput, register_sink)
 from offsetbatch.sinks.files import FilesSink
 from offsetbatch.sinks.iceberg import IcebergSink
 from offsetbatch.sinks.kafka import KafkaSink
 from offsetbatch.sinks.postgres import PostgresSink
 from offsetbatch.sinks.staging import StagingLayout
 
-SINKS: dict[str, type[Sink]] = {
-    FilesSink.type: FilesSink,
-    PostgresSink.type: PostgresSink,
-    IcebergSink.type: IcebergSink,
-    KafkaSink.type: KafkaSink,
-}
+register_sink(FilesSink)
+register_sink(PostgresSink)
+register_sink(IcebergSink)
+register_sink(KafkaSink)
 
 
 def settings_for(value: Any) -> SinkSettings:
@@ -46,4 +45,4 @@ def sink_for(pipeline: str, settings: SinkSettings | dict) -> Sink:
 
 
 __all__ = ["SINKS", "KeepsManifests", "PublishesAfterLedgerCommit", "PublishesInLedgerTransaction", "Sink", "SinkSettings",
-           "StagedOutput", "StagingLayout", "settings_for", "sink_for"]
+           "StagedOutput", "StagingLayout", "register_sink", "settings_for", "sink_for"]

@@ -12,7 +12,7 @@ publishes.
     output visible under the batch's output id after the ledger transaction, replacing what that
     output id held (a replay's output id is its target's), marked in the target itself (a published
     manifest, a snapshot summary, a marker in the Kafka transaction) so a crash is rolled forward;
-    ``retire`` removes a superseded batch's output; ``is_published`` reads the marker.
+    ``retire`` removes a superseded batch's output; ``published_ids`` reads the markers.
   - ``PublishesInLedgerTransaction`` (postgres, a table in the ledger's own database):
     ``publish_in_transaction`` and ``retire_in_transaction`` run on the ledger's connection, inside
     the transaction that commits the batch, so rows and offsets commit together or not at all.
@@ -121,6 +121,10 @@ class SinkSettings(BaseModel):
                              f"location; remove it or fix sink.path")
         return self
 
+    def check_source_config(self, kafka_conn_id: str, reads_topic: Callable[[str], bool]) -> None:
+        """Raise ``ValueError`` if these settings cannot work with the pipeline's source (its Kafka
+        connection, and which topics it reads): at config load, before anything runs."""
+
     @classmethod
     def bind_ledger(cls, sink: dict, ledger: Any) -> dict:
         """The raw ``sink:`` mapping, given the pipeline's ``ledger:`` settings (a mapping or
@@ -169,6 +173,37 @@ class Sink(ABC):
     def asset_uri(self) -> str:
         """The target as an Airflow asset URI (the DAG's outlet): where downstream DAGs look for it,
         never the staging area."""
+
+    def lineage_dataset(self) -> tuple[str, str]:
+        """The target in OpenLineage's dataset naming, (namespace, name): a folder's by default."""
+        from offsetbatch.sinks.uris import location_dataset
+
+        return location_dataset(self.asset_uri())
+
+    def rejected_lineage_dataset(self) -> tuple[str, str]:
+        """Where rejected records go, in OpenLineage's naming: ``<path>/_rejected`` by default."""
+        from offsetbatch.sinks.uris import location_dataset
+
+        return location_dataset(f"{self.settings.path.rstrip('/')}/_rejected")
+
+    def doctor_checks(self) -> "list[tuple[str, Callable[[], str], str]]":
+        """What ``offsetbatch doctor`` checks of this sink beyond the pipeline's own checks: (name,
+        check returning what it found, what to do when it fails). Every check reaches the target."""
+        checks = []
+        if self.settings.storage_conn_id:
+            cfg_where = f"sink.path {self.settings.path}"
+            checks.append(("object store", self._check_object_store,
+                           f"fix Airflow connection {self.settings.storage_conn_id} (type aws: login = access key id, "
+                           f"password = secret, extra endpoint_url/region_name) or {cfg_where}; "
+                           f"'make setup' caches the S3A jars"))
+        return checks
+
+    def _check_object_store(self) -> str:
+        """The sink's bucket: reached, and one object written, read back and deleted."""
+        from offsetbatch.storage.s3 import S3Settings, check_bucket
+
+        check_bucket(S3Settings.from_connection(self.settings.storage_conn_id), self.settings.path)
+        return f"{self.settings.path}: writable with connection {self.settings.storage_conn_id}"
 
     # ---- job half (Spark driver) ------------------------------------------------------------
 
@@ -294,6 +329,15 @@ def _arrow_schema(schema: Any) -> Any:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+SINKS: dict[str, type[Sink]] = {}
+
+
+def register_sink(sink: type[Sink]) -> type[Sink]:
+    """Make ``sink`` the one of its ``type`` (``sink.type`` in the YAML); a decorator too."""
+    SINKS[sink.type] = sink
+    return sink
+
+
 class PublishesAfterLedgerCommit(ABC):
     """Trait of a sink that publishes after the ledger transaction, under the pipeline lock, with a
     marker in the target itself; a crash between the two is rolled forward by publishing again."""
@@ -310,10 +354,6 @@ class PublishesAfterLedgerCommit(ABC):
     @abstractmethod
     def retire(self, output_id: int) -> None:
         """Remove the published output of a superseded batch (another batch re-read its offsets)."""
-
-    @abstractmethod
-    def is_published(self, output_id: int, attempt: str) -> bool:
-        """Whether the target's marker says it holds exactly ``attempt``'s output for ``output_id``."""
 
 
 class PublishesInLedgerTransaction(ABC):

@@ -183,10 +183,6 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                 found[int(name[len("batch_id="):-len(".json")])] = uri
         return found
 
-    def is_published(self, output_id: int, attempt: str) -> bool:
-        uri = self.layout.manifest(output_id)
-        return storage.exists(uri) and Manifest.load(uri).attempt == attempt
-
     def describe(self, output_id: int) -> str:
         if self.in_place:
             current = self._published(output_id)

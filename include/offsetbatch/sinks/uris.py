@@ -36,3 +36,42 @@ def kafka_topic_uri(conn_id: str, topic: str) -> str:
 def postgres_table_uri(url: str, schema: str, table: str) -> str:
     u = sa.make_url(url)
     return f"postgres://{u.host or 'localhost'}:{u.port or 5432}/{u.database or 'postgres'}/{schema}/{table}"
+
+
+# OpenLineage's dataset naming (namespace, name) of each kind of target, next to its asset URI: each
+# sink's ``lineage_dataset`` picks its own.
+
+def location_dataset(uri: str) -> tuple[str, str]:
+    """A folder: ``file`` and its path, or ``s3://bucket`` and its key (s3a is Hadoop's name for S3)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(location_uri(uri))
+    if parts.scheme == "file":
+        return "file", parts.path
+    if parts.scheme in ("s3", "s3a"):
+        return f"s3://{parts.netloc}", parts.path.lstrip("/")
+    return f"{parts.scheme}://{parts.netloc}", parts.path
+
+
+def location_uri(path: str) -> str:
+    """A local path as a ``file://`` URI; a URI as it is."""
+    return path if "://" in path else f"file://{path}"
+
+
+def postgres_dataset(uri: str) -> tuple[str, str]:
+    """``postgres://host:port`` and ``database.schema.table``."""
+    server, _, path = uri.removeprefix("postgres://").partition("/")
+    database, schema, table = path.strip("/").split("/", 2)
+    return f"postgres://{server}", f"{database}.{schema}.{table}"
+
+
+def kafka_dataset(uri: str) -> tuple[str, str]:
+    """``kafka://bootstrap-server`` and the topic."""
+    server, _, topic = uri.removeprefix("kafka://").partition("/")
+    return f"kafka://{server}", topic
+
+
+def iceberg_dataset(uri: str) -> tuple[str, str]:
+    """``iceberg://catalog`` and ``namespace.table``."""
+    catalog, _, path = uri.removeprefix("iceberg://").partition("/")
+    return f"iceberg://{catalog}", path.strip("/").replace("/", ".")

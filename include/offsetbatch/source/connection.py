@@ -239,7 +239,7 @@ def from_settings(conn_id: str, extra: dict[str, Any], host: str | None = None, 
 def from_connection(conn_id: str, field: str = "kafka.conn_id") -> KafkaClientConfig:
     """The client settings of an Airflow connection (environment, metadata DB or a secrets backend);
     ``field``: the config field that names it, for the error when it is not defined."""
-    from offsetbatch.config.connections import get_connection
+    from offsetbatch.connections import get_connection
 
     conn = get_connection(conn_id, field)
     return from_settings(conn_id, conn.extra_dejson, conn.host, conn.port, conn.login, conn.password)

@@ -29,7 +29,7 @@ retries apply. The client itself retries only the latter, ``MAX_RETRIES`` times 
 apart at most, so a permanent error fails at once and a registry that refuses connections fails in
 well under a second (one that never answers: ``(MAX_RETRIES + 1) * timeout``).
 
-Confluent's wire formats (how a record names its schema) are in ``source.schema_wire``.
+Confluent's wire formats (how a record names its schema) are in ``formats.confluent_wire``.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class RegistrySettings:
     def from_connection(cls, conn_id: str, field: str = "schema_registry.conn_id") -> RegistrySettings:
         """Settings of an Airflow connection (environment, metadata DB or a secrets backend);
         ``field``: the config field that names it, for the error when it is not defined."""
-        from offsetbatch.config.connections import get_connection
+        from offsetbatch.connections import get_connection
 
         conn = get_connection(conn_id, field)
         return cls.from_fields(conn_id, conn.host, conn.schema, conn.port, conn.login, conn.password, conn.extra_dejson)

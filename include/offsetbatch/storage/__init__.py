@@ -17,29 +17,10 @@ from typing import Any, Iterator
 import fsspec
 
 from offsetbatch.errors import StorageConnectionError
+from offsetbatch.storage.locations import OBJECT_STORE_SCHEMES, bucket_of, is_s3, renames_are_cheap, scheme
 
-OBJECT_STORE_SCHEMES = ("s3a", "s3", "gs", "abfs", "abfss")
-_S3_SCHEMES = ("s3a", "s3")
 _s3_buckets: dict[str, Any] = {}  # bucket -> fsspec filesystem (register_s3)
 _s3_connections: dict[str, str] = {}  # bucket -> Airflow connection id, read on first use (bind_s3)
-
-
-def is_s3(uri: str) -> bool:
-    """On an S3 API (``s3a://`` or ``s3://``): needs ``sink.storage_conn_id``, Hadoop's S3A for Spark."""
-    return scheme(uri) in _S3_SCHEMES
-
-
-def scheme(uri: str) -> str:
-    return uri.partition("://")[0].lower() if "://" in uri else "file"
-
-
-def renames_are_cheap(uri: str) -> bool:
-    """A folder move is one rename (local disks, HDFS), not a copy and a delete of every object."""
-    return scheme(uri) not in OBJECT_STORE_SCHEMES
-
-
-def bucket_of(uri: str) -> str:
-    return uri.partition("://")[2].partition("/")[0]
 
 
 def register_s3(bucket: str, filesystem: Any) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from offsetbatch.errors import StorageConnectionError, StorageUnreachableError
+from offsetbatch.storage.locations import bucket_of
 
 KNOWN_EXTRA = ("endpoint_url", "region_name", "aws_session_token", "config_kwargs", "s3a_options")
 SECRET_HADOOP_KEYS = ("fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token")
@@ -42,7 +43,7 @@ class S3Settings:
 
     @classmethod
     def from_connection(cls, conn_id: str, field_name: str = "sink.storage_conn_id") -> "S3Settings":
-        from offsetbatch.config.connections import get_connection
+        from offsetbatch.connections import get_connection
 
         conn = get_connection(conn_id, field_name)
         return cls.from_fields(conn_id, conn.login, conn.password, conn.extra_dejson, field_name)
@@ -160,9 +161,7 @@ def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
 def check_bucket(settings: S3Settings, location: str) -> None:
     """Reach the bucket and write, read and delete one object under ``location``: ``doctor``'s check,
     one distinct error per cause (``translate_error``)."""
-    from offsetbatch import storage
-
-    bucket = storage.bucket_of(location)
+    bucket = bucket_of(location)
     where = f"{location} (connection '{settings.conn_id}', endpoint {settings.endpoint or 'AWS'})"
     probe = f"{location.partition('://')[2]}/_offsetbatch/.doctor-probe"
     fs = settings.filesystem()  # not the process's binding: a check must not replace it

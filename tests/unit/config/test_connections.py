@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from offsetbatch.config.connections import get_connection
+from offsetbatch.connections import get_connection
 from offsetbatch.errors import ConfigError
 from offsetbatch.ledger.engine import url_from_connection
 from offsetbatch.source.connection import from_connection

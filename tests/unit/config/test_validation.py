@@ -58,10 +58,10 @@ def test_missing_python_module_includes_the_import_error(tmp_path):
 
 
 def test_python_attribute_that_does_not_exist(tmp_path):
-    _fails(tmp_path, "transform.python", "module 'offsetbatch.config.validation' (", transform={"python":
-           "offsetbatch.config.validation.no_such_function"})
+    _fails(tmp_path, "transform.python", "module 'offsetbatch.validation' (", transform={"python":
+           "offsetbatch.validation.no_such_function"})
     _fails(tmp_path, "transform.python", "has no attribute 'no_such_function'; fix the function name",
-           transform={"python": "offsetbatch.config.validation.no_such_function"})
+           transform={"python": "offsetbatch.validation.no_such_function"})
 
 
 def test_bad_cron_names_file_and_field(tmp_path):
@@ -163,8 +163,8 @@ def test_python_module_that_raises_at_import(tmp_path, monkeypatch):
 
 
 def test_python_path_to_something_not_callable():
-    with pytest.raises(ValueError, match="'offsetbatch.config.validation.VIEW' is a str, not a function"):
-        validation.check_python_callable("offsetbatch.config.validation.VIEW")
+    with pytest.raises(ValueError, match="'offsetbatch.validation.VIEW' is a str, not a function"):
+        validation.check_python_callable("offsetbatch.validation.VIEW")
 
 
 @pytest.mark.parametrize("cron, message", [

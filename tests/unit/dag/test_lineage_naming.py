@@ -5,19 +5,31 @@ from __future__ import annotations
 
 import pytest
 
-from offsetbatch.dag.lineage import _ranges, dataset_name
+from offsetbatch.dag.lineage import _ranges
+from offsetbatch.sinks import uris
 
 
-@pytest.mark.parametrize("uri, expected", [
-    ("file:///data/tables/events", ("file", "/data/tables/events")),
-    ("s3a://lake/tables/events", ("s3://lake", "tables/events")),
-    ("s3://lake/events", ("s3://lake", "events")),
-    ("postgres://db.internal:5432/analytics/public/events", ("postgres://db.internal:5432", "analytics.public.events")),
-    ("kafka://broker-1:9092/clean-events", ("kafka://broker-1:9092", "clean-events")),
-    ("iceberg://lake/analytics/events", ("iceberg://lake", "analytics.events")),
+@pytest.mark.parametrize("naming, uri, expected", [
+    (uris.location_dataset, "/data/tables/events", ("file", "/data/tables/events")),
+    (uris.location_dataset, "file:///data/tables/events", ("file", "/data/tables/events")),
+    (uris.location_dataset, "s3a://lake/tables/events", ("s3://lake", "tables/events")),
+    (uris.location_dataset, "s3://lake/events", ("s3://lake", "events")),
+    (uris.postgres_dataset, "postgres://db.internal:5432/analytics/public/events",
+     ("postgres://db.internal:5432", "analytics.public.events")),
+    (uris.kafka_dataset, "kafka://broker-1:9092/clean-events", ("kafka://broker-1:9092", "clean-events")),
+    (uris.iceberg_dataset, "iceberg://lake/analytics/events", ("iceberg://lake", "analytics.events")),
 ])
-def test_each_sinks_uri_gets_openlineages_naming(uri, expected):
-    assert dataset_name(uri) == expected
+def test_each_sinks_uri_gets_openlineages_naming(naming, uri, expected):
+    """Each sink's ``lineage_dataset`` names its asset URI with its own of these."""
+    assert naming(uri) == expected
+
+
+def test_a_files_sink_names_its_table_and_its_rejected_folder():
+    from offsetbatch.sinks import FilesSink
+
+    sink = FilesSink.at("/data/tables/events")
+    assert sink.lineage_dataset() == ("file", "/data/tables/events")
+    assert sink.rejected_lineage_dataset() == ("file", "/data/tables/events/_rejected")
 
 
 def test_ranges_are_grouped_per_topic_with_the_batch_id():

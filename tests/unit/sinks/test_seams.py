@@ -50,7 +50,6 @@ class _ArchiveSink(PublishesAfterLedgerCommit, Sink):
     def asset_uri(self): return f"archive://{self.settings.bucket}"
     def publish(self, batch_id, output_id, attempt, superseded=(), kind=""): ...
     def retire(self, output_id): ...
-    def is_published(self, output_id, attempt): return False
     def published_ids(self): return []
     def read_committed(self, spark): ...
     def read_rejected(self, spark): ...
@@ -72,14 +71,14 @@ def test_files_sink_knows_which_attempt_is_published(tmp_path):
     sink = FilesSink.at(str(tmp_path / "table"), "orders")
     staged = sink.layout.staging_manifest(3, "a1")
     Manifest("orders", 3, [], 0, 0, 0, 0, [], [], 0.1, "4.3.0", attempt="a1").save(staged)
-    assert not sink.is_published(3, "a1")
+    assert sink.published_manifests() == {}
     sink.publish(3, 3, "a1")
-    assert sink.is_published(3, "a1") and not sink.is_published(3, "a2")
+    assert {i: m.attempt for i, m in sink.published_manifests().items()} == {3: "a1"}
     assert sink.locations(3) == {"data": f"{tmp_path}/table/batch_id=3",
                                  "rejected": f"{tmp_path}/table/_rejected/batch_id=3",
                                  "manifest": f"{tmp_path}/table/_offsetbatch/manifests/batch_id=3.json"}
     sink.retire(3)
-    assert not sink.is_published(3, "a1")
+    assert sink.published_manifests() == {} and sink.published_ids() == []
 
 
 def test_formats_are_a_registry_checked_at_config_load(tmp_path):

@@ -23,7 +23,7 @@ from offsetbatch.errors import (
     SchemaWireFormatError,
 )
 from offsetbatch.source.schema_registry import MAX_RETRIES, RegistrySettings, SchemaRegistry
-from offsetbatch.source.schema_wire import SchemaRef, parse_confluent_prefix, parse_schema_id_header, schema_ref
+from offsetbatch.formats.confluent_wire import SchemaRef, parse_confluent_prefix, parse_schema_id_header, schema_ref
 from offsetbatch_dev.stack.kafka_security import BrokerSecurity
 
 WHERE = "pipeline events batch 7, events/3 offset 1234"

@@ -67,7 +67,7 @@ class IcebergSettings(SinkSettings):
         if v is None:
             return v
         if "://" in v or v.startswith("sqlite:"):
-            from offsetbatch.config.validation import check_ledger_url  # config imports the sinks
+            from offsetbatch.validation import check_ledger_url  # config imports the sinks
 
             return check_ledger_url(v)
         if not CONN_ID.match(v):

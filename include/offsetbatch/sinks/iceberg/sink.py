@@ -59,6 +59,11 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         """``iceberg://catalog/namespace/table``: the table's identifier in its catalog."""
         return f"iceberg://{self.settings.catalog_name}/{self.settings.namespace}/{self.settings.table}"
 
+    def lineage_dataset(self) -> tuple[str, str]:
+        from offsetbatch.sinks.uris import iceberg_dataset
+
+        return iceberg_dataset(self.asset_uri())
+
     # ---- job half --------------------------------------------------------------------------
 
     def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
@@ -208,10 +213,6 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                     for f in deletes:
                         snapshot.delete_data_file(f)
                 tx.commit_transaction()
-
-    def is_published(self, output_id: int, attempt: str) -> bool:
-        marker = self._live().get(output_id)
-        return marker is not None and marker.attempt == attempt
 
     def published_ids(self) -> list[int]:
         return sorted(self._live())

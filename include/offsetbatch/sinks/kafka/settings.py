@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -93,6 +94,21 @@ class KafkaSinkSettings(SinkSettings):
         if self.event_time_column:
             raise ValueError("event_time_column sub-partitions Parquet folders and has no meaning for a topic")
         return self
+
+    def check_source_config(self, kafka_conn_id: str, reads_topic: Callable[[str], bool]) -> None:
+        """An output that is one of the pipeline's own source topics (on the same connection) loops:
+        every run writes its records back, and the next run reads them again."""
+        if self.dead_letter_topic == self.topic:
+            raise ValueError(f"sink.dead_letter_topic is sink.topic ({self.topic!r}): rejected records would "
+                             f"be mixed into the output; give the dead-letter topic a name of its own")
+        if self.conn_id != kafka_conn_id:
+            return  # another cluster: the plan task compares the clusters (KafkaSink.check_source)
+        for name, topic in (("topic", self.topic), ("dead_letter_topic", self.dead_letter_topic)):
+            if topic is not None and reads_topic(topic):
+                raise ValueError(
+                    f"sink.{name} {topic!r} is a topic this pipeline reads (kafka.topics/kafka.pattern, connection "
+                    f"'{kafka_conn_id}'): each run would write its records back into its own source and the "
+                    f"next run would read them again. Write to another topic")
 
     @property
     def partitioned_by(self) -> str:

@@ -74,6 +74,30 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
 
         return kafka_topic_uri(self.settings.conn_id, self.settings.topic)
 
+    def lineage_dataset(self) -> tuple[str, str]:
+        from offsetbatch.sinks.uris import kafka_dataset
+
+        return kafka_dataset(self.asset_uri())
+
+    def rejected_lineage_dataset(self) -> tuple[str, str]:
+        """The dead-letter topic when there is one, else the Parquet under ``path``."""
+        from offsetbatch.sinks.uris import kafka_dataset, kafka_topic_uri
+
+        if self.settings.dead_letter_topic:
+            return kafka_dataset(kafka_topic_uri(self.settings.conn_id, self.settings.dead_letter_topic))
+        return super().rejected_lineage_dataset()
+
+    def doctor_checks(self) -> "list[tuple[str, Callable[[], str], str]]":
+        """The output topics exist and the sink's user may publish to them (the plan task's check)."""
+        return [("output topic", self._check_target,
+                 "create the topic or have the ACLs the message names granted (or fix sink.topic / sink.conn_id)"),
+                *super().doctor_checks()]
+
+    def _check_target(self) -> str:
+        self.check_writable()
+        return (f"{self.target}: exists; the connection's user may write it, use transactional id "
+                f"{self.transactional_id} and marker group {self.marker_group}")
+
     # ---- job half --------------------------------------------------------------------------
 
     def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
@@ -347,10 +371,6 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
     def retire(self, output_id: int) -> None:
         """Kafka is append-only: a superseded batch's records stay in the topic (``republish``)."""
         self.rejected.retire(output_id)
-
-    def is_published(self, output_id: int, attempt: str) -> bool:
-        marker = self.last_published()
-        return marker is not None and marker["output_id"] == output_id and marker["attempt"] == attempt
 
     def published_ids(self) -> list[int]:
         """Only the last one is known to Kafka (the marker); the ledger has the history."""

@@ -66,6 +66,11 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
             return f"postgres://{self.settings.conn_id}:5432/default/{self.schema_name}/{self.table_name}"
         return postgres_table_uri(url, self.schema_name, self.table_name)
 
+    def lineage_dataset(self) -> tuple[str, str]:
+        from offsetbatch.sinks.uris import postgres_dataset
+
+        return postgres_dataset(self.asset_uri())
+
     # ---- job half --------------------------------------------------------------------------
 
     def stage(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,

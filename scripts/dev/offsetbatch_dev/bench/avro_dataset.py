@@ -95,11 +95,11 @@ def ensure_avro_dataset(bootstrap: str, server: Any, records: int, partitions: i
 
 def value_schemas(ds: Dataset, server: Any, required: list[str], work: Path) -> dict:
     """The job spec's ``value_schemas`` as the plan task resolves them: a pipeline config with
-    ``value.format: confluent-avro`` (``schema_id: prefix``) and ``source.value_schemas.resolve``
+    ``value.format: confluent-avro`` (``schema_id: prefix``) and ``plan.schemas.resolve``
     against the registry (reader: the subject's latest version, pinned)."""
-    from offsetbatch.config import load_config
     from offsetbatch.source.schema_registry import RegistrySettings, SchemaRegistry
-    from offsetbatch.source.value_schemas import resolve
+    from offsetbatch.pipeline import Pipeline
+    from offsetbatch.plan.schemas import resolve
 
     path = work / "bench-avro.yaml"
     path.write_text(yaml.safe_dump({
@@ -107,7 +107,7 @@ def value_schemas(ds: Dataset, server: Any, required: list[str], work: Path) -> 
         "value": {"format": "confluent-avro", "schema_registry": {"conn_id": REGISTRY_CONN}, "schema_id": "prefix",
                   "required": required},
         "sink": {"path": str(work / "bench-avro-unused")}}))
-    schemas = resolve(load_config(path), registry=lambda: SchemaRegistry(RegistrySettings.from_fields(REGISTRY_CONN,
+    schemas = resolve(Pipeline.load(path), registry=lambda: SchemaRegistry(RegistrySettings.from_fields(REGISTRY_CONN,
                                                                                                       server.url)))
     assert schemas is not None
     return schemas.to_spec()

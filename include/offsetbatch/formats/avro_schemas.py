@@ -1,5 +1,6 @@
-"""The Avro schemas a batch is decoded with, resolved by the plan task (the only place that talks to a
-schema registry; the job gets them in its spec).
+"""The Avro schemas a batch is decoded with: the Avro formats' plan-time hook
+(``ValueFormat.resolve_schemas``), run by the plan task, the only place that talks to a schema
+registry (``source.schema_registry``); the job gets them in its spec.
 
 * the **reader schema**: the shape of the output. ``value.avro_schema`` (a file or inline), or a
   registry subject's version; ``latest`` is pinned when the batch's spec is written and recorded in
@@ -20,19 +21,31 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import avro_schema
-from offsetbatch.formats.avro_value import PLAIN_WRITER, check_reader_fields
+from offsetbatch.formats.base import ERROR, META, SchemaContext, ValueSettings
 
 if TYPE_CHECKING:
-    from offsetbatch.config import PipelineConfig
     from offsetbatch.source.schema_registry import RegistrySchema, SchemaRegistry
 
 log = logging.getLogger(__name__)
+PLAIN_WRITER = "0"  # the one writer of the ``avro`` format, keyed like a registry id in the job spec
+RESERVED = (*META, "value", ERROR)
+
+
+def check_reader_fields(fields: list[str], required: list[str], where: str) -> None:
+    """The reader's fields become columns next to the Kafka ones: refuse a clash or a required field
+    the reader does not have."""
+    clash = [f for f in fields if f.lower() in {r.lower() for r in RESERVED}]
+    if clash:
+        raise ValueError(f"{where} has field(s) {', '.join(clash)} named like the job's own columns "
+                         f"({', '.join(RESERVED)}); rename them in the reader schema")
+    missing = [f for f in required if f not in fields]
+    if missing:
+        raise ValueError(f"'required' names field(s) {', '.join(missing)} that {where} does not have")
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,12 @@ class ValueSchemas:
     def to_spec(self) -> dict:
         return asdict(self)
 
+    def recorded(self) -> dict:
+        """What the ledger keeps of the schemas a batch was planned with (its ``value_schema`` event)."""
+        return {"reader": self.reader_from, "writer_ids": sorted((int(k) for k in self.writers)),
+                "incompatible": sorted(int(k) for k, w in self.writers.items() if w.get("incompatible")),
+                "registry": self.registry, "reader_fields": [f["name"] for f in json.loads(self.reader)["fields"]]}
+
     def describe(self) -> str:
         """One line for the task log: the reader and how many writers."""
         source = self.reader_from
@@ -57,48 +76,46 @@ class ValueSchemas:
                 f"{'; incompatible with the reader: ids ' + ', '.join(bad) if bad else ''}")
 
 
-def resolve(cfg: "PipelineConfig", registry: "Callable[[], SchemaRegistry] | None" = None,
-            role: str = "value") -> ValueSchemas | None:
-    """The schemas of the pipeline's values (``role`` "value") or keys ("key") now, or ``None`` for a
-    format that has none. ``registry`` opens the registry client (default: the ``schema_registry``
-    connection of ``cfg.value`` or ``cfg.key``)."""
-    settings, where = getattr(cfg, role), f"pipeline {cfg.name}"
-    if settings.format == "avro":
-        text = _reader_file(cfg, role)
-        return ValueSchemas(text, {"file": _file_name(cfg, role)}, {PLAIN_WRITER: _writer(text, text, None)})
-    if settings.format != "confluent-avro":
-        return None
+def of_file(settings: "ValueSettings", ctx: SchemaContext) -> ValueSchemas:
+    """The ``avro`` format's schemas: its reader, which is also its one writer."""
+    text = _reader_file(settings, ctx)
+    return ValueSchemas(text, {"file": _file_name(settings, ctx)}, {PLAIN_WRITER: _writer(text, text, None)})
+
+
+def from_registry(settings: "ValueSettings", ctx: SchemaContext) -> ValueSchemas:
+    """``confluent-avro``'s schemas now: the reader (a file, or a subject's version with ``latest``
+    pinned) and every version of the writer subjects."""
+    role, where = ctx.role, f"pipeline {ctx.pipeline}"
     ref = settings.schema_registry
-    subject = ref.subject or f"{cfg.kafka.topics[0]}-{role}"
-    with _open(cfg, registry, role) as reg:
+    subject = ref.subject or f"{(ctx.topics or ('?',))[0]}-{role}"
+    with _open(settings, ctx) as reg:
         if settings.avro_schema:
-            reader, reader_from = _reader_file(cfg, role), {"file": _file_name(cfg, role)}
+            reader, reader_from = _reader_file(settings, ctx), {"file": _file_name(settings, ctx)}
         else:
             found = reg.subject_version(subject, ref.version, f"{where} ({role}.schema_registry: its reader schema)")
             _refuse_unusable(found, f"{where}: the {role} reader schema, subject '{subject}' version {found.version}",
                              role)
             reader = found.schema_str
             reader_from = {"subject": subject, "version": found.version, "id": found.schema_id}
-            _check_reader(cfg, reader, f"subject '{subject}' version {found.version}", role)
+            _check_reader(settings, ctx, reader, f"subject '{subject}' version {found.version}")
         schemas = ValueSchemas(reader, reader_from, {}, list(ref.writer_subjects or [subject]), reg.settings.url)
         return _with_writers(schemas, reg, where)
 
 
-def refreshed(cfg: "PipelineConfig", schemas: ValueSchemas | None,
-              registry: "Callable[[], SchemaRegistry] | None" = None, role: str = "value") -> ValueSchemas | None:
+def refreshed(settings: "ValueSettings", schemas: ValueSchemas | None, ctx: SchemaContext) -> ValueSchemas | None:
     """``schemas`` with the writer versions registered since (same reader)."""
     if schemas is None or schemas.registry is None:
         return schemas
-    with _open(cfg, registry, role) as reg:
-        return _with_writers(schemas, reg, f"pipeline {cfg.name}")
+    with _open(settings, ctx) as reg:
+        return _with_writers(schemas, reg, f"pipeline {ctx.pipeline}")
 
 
-def _open(cfg: "PipelineConfig", registry: "Callable[[], SchemaRegistry] | None", role: str) -> "SchemaRegistry":
-    if registry is not None:
-        return registry()
+def _open(settings: "ValueSettings", ctx: SchemaContext) -> "SchemaRegistry":
+    if ctx.registry is not None:
+        return ctx.registry()
     from offsetbatch.source.schema_registry import SchemaRegistry
 
-    return SchemaRegistry.from_connection(getattr(cfg, role).schema_registry.conn_id, f"{role}.schema_registry.conn_id")
+    return SchemaRegistry.from_connection(settings.schema_registry.conn_id, f"{ctx.role}.schema_registry.conn_id")
 
 
 def _with_writers(schemas: ValueSchemas, reg: "SchemaRegistry", where: str) -> ValueSchemas:
@@ -147,30 +164,23 @@ def _refuse_unusable(found: "RegistrySchema", what: str, role: str) -> None:
                           f"give the full schema as {role}.avro_schema instead.")
 
 
-def _check_reader(cfg: "PipelineConfig", text: str, what: str, role: str) -> None:
+def _check_reader(settings: "ValueSettings", ctx: SchemaContext, text: str, what: str) -> None:
     try:
-        check_reader_fields(avro_schema.field_names(text), list(getattr(cfg, role).required), what)
+        check_reader_fields(avro_schema.field_names(text), list(settings.required), what)
     except ValueError as exc:
-        raise ConfigError(f"pipeline {cfg.name}: the {role} reader schema {exc}") from None
+        raise ConfigError(f"pipeline {ctx.pipeline}: the {ctx.role} reader schema {exc}") from None
 
 
-def _file_name(cfg: "PipelineConfig", role: str) -> str:
-    given = getattr(cfg, role).avro_schema or ""
-    return f"{role}.avro_schema (inline)" if given.lstrip().startswith("{") else given
+def _file_name(settings: "ValueSettings", ctx: SchemaContext) -> str:
+    given = settings.avro_schema or ""
+    return f"{ctx.role}.avro_schema (inline)" if given.lstrip().startswith("{") else given
 
 
-def _reader_file(cfg: "PipelineConfig", role: str) -> str:
+def _reader_file(settings: "ValueSettings", ctx: SchemaContext) -> str:
     try:
-        text = avro_schema.load_text(getattr(cfg, role).avro_schema or "", cfg.base_dir)
+        text = avro_schema.load_text(settings.avro_schema or "", ctx.base_dir)
         avro_schema.parse(text)
     except avro_schema.AvroSchemaError as exc:
-        raise ConfigError(f"pipeline {cfg.name}: {role}.avro_schema: {exc}") from None
-    _check_reader(cfg, text, f"{role}.avro_schema", role)
+        raise ConfigError(f"pipeline {ctx.pipeline}: {ctx.role}.avro_schema: {exc}") from None
+    _check_reader(settings, ctx, text, f"{ctx.role}.avro_schema")
     return text
-
-
-def recorded(schemas: ValueSchemas) -> dict:
-    """What the ledger keeps of the schemas a batch was planned with (its ``value_schema`` event)."""
-    return {"reader": schemas.reader_from, "writer_ids": sorted((int(k) for k in schemas.writers)),
-            "incompatible": sorted(int(k) for k, w in schemas.writers.items() if w.get("incompatible")),
-            "registry": schemas.registry, "reader_fields": [f["name"] for f in json.loads(schemas.reader)["fields"]]}

@@ -1,5 +1,5 @@
 """The Avro settings at config load, and the plan task's resolution of reader and writer schemas from
-a registry. No real schema registry can run here: ``tests/schema_registry_server.py`` stands in for
+a registry (``plan.schemas``, through the Avro formats' hooks). No real schema registry can run here: ``tests/schema_registry_server.py`` stands in for
 one (the documented Confluent REST routes)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from schema_registry_server import SchemaRegistryServer
 from offsetbatch.dag import spark_jars
 from offsetbatch.errors import ArtifactError, ConfigError
 from offsetbatch.formats.avro_value import AvroFormat
-from offsetbatch.source import value_schemas
+from offsetbatch.pipeline import Pipeline
+from offsetbatch.plan import schemas as batch_schemas
 from offsetbatch.source.schema_registry import RegistrySettings, SchemaRegistry
 
 V1 = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}]}
@@ -70,7 +71,7 @@ def test_an_avsc_file_is_read_relative_to_the_pipeline_file_and_gives_the_column
     (tmp_path / "schemas" / "e.avsc").write_text(json.dumps(V2))
     cfg = _load(tmp_path, {"format": "avro", "avro_schema": "schemas/e.avsc", "required": ["id"]})
     assert AvroFormat.output_columns(cfg.value, cfg.base_dir)[-2:] == ["id", "n"]
-    schemas = value_schemas.resolve(cfg)
+    schemas = batch_schemas.resolve(Pipeline(cfg))
     assert schemas.reader == json.dumps(V2) and list(schemas.writers) == ["0"] and schemas.registry is None
 
 
@@ -87,13 +88,13 @@ def _client(server):
 def test_latest_is_pinned_and_writers_registered_after_the_first_look_are_added(tmp_path, registry):
     registry.register("events-value", json.dumps(V1))
     cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
-    first = value_schemas.resolve(cfg, _client(registry))
+    first = batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
     assert first.reader_from == {"subject": "events-value", "version": 1, "id": 1} and list(first.writers) == ["1"]
     registry.register("events-value", json.dumps(V2))
-    again = value_schemas.refreshed(cfg, first, _client(registry))
+    again = batch_schemas.refreshed(Pipeline(cfg), first, registry=_client(registry))
     assert again.reader == first.reader and sorted(again.writers) == ["1", "2"]  # the reader stays pinned
     assert again.writers["2"]["incompatible"] is None and again.writers["2"]["all_null"] is None  # id cannot be null
-    assert value_schemas.recorded(again)["writer_ids"] == [1, 2]
+    assert again.recorded()["writer_ids"] == [1, 2]
     assert "reader subject events-value version 1 (id 1); 2 writer schema(s) (ids 1, 2)" in again.describe()
 
 
@@ -102,7 +103,7 @@ def test_writers_the_job_cannot_decode_are_kept_with_the_reason(tmp_path, regist
     registry.register("events-value", json.dumps({"type": "object"}), schema_type="JSON")
     registry.register("events-value", json.dumps(V2), references=[{"name": "x.Y", "subject": "y", "version": 1}])
     cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr", "version": 1}})
-    writers = value_schemas.resolve(cfg, _client(registry)).writers
+    writers = batch_schemas.resolve(Pipeline(cfg), registry=_client(registry)).writers
     assert writers["2"]["incompatible"] == "it is a JSON schema, not Avro"
     assert writers["3"]["incompatible"].startswith("it imports named types from other subjects (references: y v1)")
 
@@ -112,14 +113,14 @@ def test_a_reader_with_a_field_named_like_a_job_column_is_refused_before_the_led
     cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
     with pytest.raises(ConfigError, match="pipeline p: the value reader schema subject 'events-value' version 1 has "
                                           "field\\(s\\) kafka_offset named like the job's own columns"):
-        value_schemas.resolve(cfg, _client(registry))
+        batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
 
 
 def test_an_unknown_subject_names_it_and_says_no_retry_helps(tmp_path, registry):
     cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr", "subject": "nope"}})
     with pytest.raises(Exception, match="the latest version of subject 'nope' is not there .*needed by pipeline p "
                                         "\\(value.schema_registry: its reader schema\\).*No retry fixes this"):
-        value_schemas.resolve(cfg, _client(registry))
+        batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
 
 
 def test_an_avro_pipeline_needs_spark_avro_in_a_provided_jar_folder(tmp_path, monkeypatch):
@@ -129,8 +130,8 @@ def test_an_avro_pipeline_needs_spark_avro_in_a_provided_jar_folder(tmp_path, mo
         (folder / f"{name}-1.0.jar").write_bytes(b"")
     monkeypatch.setenv(spark_jars.ENV, str(folder))
     assert len(spark_jars.job_jars("/t", "json")) == 4
-    with pytest.raises(ArtifactError, match=r"has no jar of spark-avro_2.13 \(Spark's Avro functions "
-                                            r"\(spark-avro_2.13\), and this pipeline's values are Avro\)"):
+    with pytest.raises(ArtifactError, match=r"has no jar of spark-avro_2.13 \(the Spark jars of value format "
+                                            r"'confluent-avro', which this pipeline parses with\)"):
         spark_jars.job_jars("/t", "json", "confluent-avro")  # an Avro key needs it too
     (folder / "spark-avro_2.13-4.1.1.jar").write_bytes(b"")
     assert len(spark_jars.job_jars("/t", "avro")) == 5

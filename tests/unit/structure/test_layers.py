@@ -1,0 +1,128 @@
+"""The runtime package's floors, held as data: read top-down, every module imports only its own room
+(a top-level module or subpackage of ``offsetbatch``) and rooms on floors below it. Every import
+counts: module level, inside functions, and under ``TYPE_CHECKING`` (a type hint that points up is
+still a dependency a reader has to follow up). Rooms that share a floor do not import each other.
+docs/architecture.md draws the same picture."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import offsetbatch
+
+PACKAGE = Path(offsetbatch.__file__).parent
+# Top to bottom. "offsetbatch" is the package's own __init__: the façade ``from offsetbatch import
+# pipeline_dag`` (it imports the DAG factory lazily).
+FLOORS: list[tuple[str, ...]] = [
+    ("offsetbatch",),
+    ("monitor",),
+    ("ops",),
+    ("dag",),
+    ("plan", "commit"),
+    ("pipeline",),
+    ("config", "job"),
+    ("sinks", "formats"),
+    ("source", "jobspec"),
+    ("ledger", "storage"),
+    ("connections",),
+    ("validation", "model", "errors", "paths", "faults"),
+]
+FLOOR = {room: depth for depth, rooms in enumerate(FLOORS) for room in rooms}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = ["offsetbatch", *path.relative_to(PACKAGE).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imported(module: str, path: Path) -> set[str]:
+    """The package's modules ``module`` imports, anywhere in it."""
+    out = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                out.add(name)
+    return out
+
+
+GRAPH = {module: _imported(module, path) for module, path in MODULES.items()}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "offsetbatch"
+
+
+def test_every_room_has_a_floor():
+    assert sorted({room(m) for m in MODULES} - set(FLOOR)) == []
+
+
+def test_no_module_imports_a_floor_above_its_own_or_beside_it():
+    wrong = sorted(f"{a} -> {b} (floor {FLOOR[room(a)]} -> {FLOOR[room(b)]})"
+                   for a, targets in GRAPH.items() for b in targets
+                   if room(a) != room(b) and FLOOR[room(b)] <= FLOOR[room(a)])
+    assert wrong == []
+
+
+def test_no_import_circles():
+    """Tarjan's strongly connected components over every module: none larger than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in GRAPH[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(GRAPH):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_the_check_sees_imports_in_functions_and_under_type_checking(tmp_path):
+    """The walker itself: an in-function and a TYPE_CHECKING import are edges like any other."""
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from offsetbatch.config import X\n"
+                   "def f():\n    from offsetbatch import storage\n    import offsetbatch.ledger.store\n")
+    assert _imported("offsetbatch.errors", src) == {"offsetbatch.config", "offsetbatch.storage",
+                                                    "offsetbatch.ledger.store"}
