@@ -112,6 +112,10 @@ class KafkaConnectionError(ConfigError):
     """The Kafka connection's settings are wrong or incomplete (a key named): no retry fixes that."""
 
 
+class JobSecretsError(ConfigError):
+    """The Spark job's secrets file is missing or not private to its user (``job_secrets``)."""
+
+
 class KafkaAuthError(ConfigError):
     """The broker refused this client (credentials, certificate, protocol or ACLs): no retry fixes that."""
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from offsetbatch.config import PipelineConfig, load_config
+from offsetbatch.errors import ConfigError
 from offsetbatch.jobspec import JobSpec
 from offsetbatch.sinks import Sink, sink_for
+from offsetbatch.validation import check_ledger_url
 
 if TYPE_CHECKING:
     from offsetbatch.ledger import Ledger
@@ -42,12 +44,35 @@ class Pipeline:
     def name(self) -> str:
         return self.cfg.name
 
+    def ledger_url(self) -> str:
+        """The database URL of the pipeline's ledger: ``ledger.url``, or its Airflow connection. A
+        connection that cannot be read is a ``ConfigError`` naming the pipeline and the field."""
+        from offsetbatch.ledger.engine import url_from_connection
+        from offsetbatch.ledger.errors import LedgerError
+
+        cfg = self.cfg
+        if cfg.ledger.url:
+            return cfg.ledger.url  # checked when the config loaded
+        try:
+            url = url_from_connection(cfg.ledger.conn_id)
+        except LedgerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - Airflow's "conn_id isn't defined" and friends
+            raise ConfigError(f"pipeline {cfg.name}: cannot resolve its ledger (ledger.conn_id "
+                              f"'{cfg.ledger.conn_id}'): {' '.join(str(exc).split())}. Define the Airflow connection "
+                              f"or set ledger.url in {cfg.source_file}") from None
+        try:
+            return check_ledger_url(url)
+        except ValueError as exc:
+            raise ConfigError(f"pipeline {cfg.name}: the ledger connection '{cfg.ledger.conn_id}' (ledger.conn_id): "
+                              f"{exc}") from None
+
     def ledger(self, create: bool = False) -> "Ledger":
         """The pipeline's ledger (a context manager). Never created unless ``create``: only a new
         pipeline's first run and ``offsetbatch ledger init`` create one."""
         from offsetbatch.ledger import Ledger
 
-        return Ledger.for_config(self.cfg, create=create)
+        return Ledger(self.ledger_url(), create=create)
 
     def kafka(self) -> "KafkaAdmin":
         """An admin client on the pipeline's Kafka connection (a context manager)."""

@@ -252,7 +252,7 @@ def _stage_files(sink, batch_id: int, output_id: int, days: list[int], start: in
         files.append(str(folder / "part-0.parquet"))
     Path(sink.staging.staging_rejected(batch_id, attempt)).mkdir(parents=True, exist_ok=True)
     n = 10 * len(days)
-    Manifest(pipeline=sink.pipeline, output_id=output_id, ranges=[RangeReport("t", 0, start, start + n, n, 0, start,
+    Manifest(pipeline=sink.pipeline_name, output_id=output_id, ranges=[RangeReport("t", 0, start, start + n, n, 0, start,
                                                                               start + n - 1, 0)],
              rows_in=n, rows_out=n, rows_rejected=0, bytes_in=0, data_files=files, rejected_files=[], job_seconds=0,
              spark_version="none", attempt=attempt).save(sink.staging.staging_manifest(batch_id, attempt))

@@ -241,7 +241,7 @@ def _stage(sink: PostgresSink, batch_id: int, table: pa.Table) -> str:
     data = Path(sink.staging.staging_data(batch_id, "a"))
     data.mkdir(parents=True)
     pq.write_table(table, data / "part-0.parquet")
-    Manifest(pipeline=sink.pipeline, output_id=batch_id, ranges=[], rows_in=table.num_rows, rows_out=table.num_rows,
+    Manifest(pipeline=sink.pipeline_name, output_id=batch_id, ranges=[], rows_in=table.num_rows, rows_out=table.num_rows,
              rows_rejected=0, bytes_in=0, data_files=[str(data / "part-0.parquet")], rejected_files=[], job_seconds=0,
              spark_version="none", attempt="a").save(sink.staging.staging_manifest(batch_id, "a"))
     return "a"
@@ -260,7 +260,7 @@ def test_a_column_type_change_fails_before_anything_is_written(postgres, tmp_pat
     url = postgres.create_database(f"pg_schema_{uuid.uuid4().hex[:8]}")
     with Ledger(url, create=True) as ledger:
         sink = PostgresSink("schema_check", PostgresSettings(path=str(tmp_path / "staging"), table=table, url=url))
-        with ledger.lock(sink.pipeline) as conn:
+        with ledger.lock(sink.pipeline_name) as conn:
             sink.publish_in_transaction(conn, 1, 1, _stage(sink, 1, _rows(5, 0)), ledger.identity)
         schema, name = table.split(".")
         # the exact (quoted) name was created, and owned by this ledger
@@ -269,7 +269,7 @@ def test_a_column_type_change_fails_before_anything_is_written(postgres, tmp_pat
 
         # batch 2: user_id became a string, and a new column appeared: refused, nothing written
         bad = _rows(3, 5, user_id=pa.array(["x", "y", "z"]), page=pa.array(["/a", "/b", "/c"]))
-        with pytest.raises(SinkError) as err, ledger.lock(sink.pipeline) as conn:
+        with pytest.raises(SinkError) as err, ledger.lock(sink.pipeline_name) as conn:
             sink.publish_in_transaction(conn, 2, 2, _stage(sink, 2, bad), ledger.identity)
         message = str(err.value)
         assert f"pipeline schema_check batch 2, table {table}: column 'user_id' is integer in the table but the " \
@@ -284,7 +284,7 @@ def test_a_column_type_change_fails_before_anything_is_written(postgres, tmp_pat
 
         # an added column alone is fine: ALTER TABLE ADD COLUMN, in the commit's transaction
         ok = _rows(3, 8, page=pa.array(["/a", None, ""]))
-        with ledger.lock(sink.pipeline) as conn:
+        with ledger.lock(sink.pipeline_name) as conn:
             sink.publish_in_transaction(conn, 3, 3, _stage(sink, 3, ok), ledger.identity)
         assert verify.rows_per_batch(url, f"{schema}.{name}") == {1: 5, 3: 3}
         assert sorted(verify.table_rows(url, f"{schema}.{name}", ["page"], "WHERE batch_id = 3"),
@@ -296,9 +296,9 @@ def test_the_unique_constraint_refuses_a_record_twice(postgres, tmp_path):
     url = postgres.create_database(f"pg_unique_{uuid.uuid4().hex[:8]}")
     with Ledger(url, create=True) as ledger:
         sink = PostgresSink("unique_check", PostgresSettings(path=str(tmp_path / "staging"), table="public.ev", url=url))
-        with ledger.lock(sink.pipeline) as conn:
+        with ledger.lock(sink.pipeline_name) as conn:
             sink.publish_in_transaction(conn, 1, 1, _stage(sink, 1, _rows(4, 0)), ledger.identity)
         with pytest.raises(SinkError, match="duplicate key value violates unique constraint"), \
-                ledger.lock(sink.pipeline) as conn:
+                ledger.lock(sink.pipeline_name) as conn:
             sink.publish_in_transaction(conn, 2, 2, _stage(sink, 2, _rows(2, 3)), ledger.identity)
         assert verify.rows_per_batch(url, "public.ev") == {1: 4}

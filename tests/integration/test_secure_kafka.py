@@ -135,7 +135,7 @@ def test_hourly_runs_over_sasl_ssl_through_crashes_are_exactly_once_and_leak_no_
     report = p.check()
     assert report.ok, report.summary()
     assert any("SparkSubmit" in line or "spark-submit" in line for line in ps.seen), "the sampler saw the job"
-    assert any("--kafka-secrets" in line for line in ps.seen), "the job got its secrets by file"
+    assert any("--secrets" in line for line in ps.seen), "the job got its secrets by file"
     # the job's processes run without the task's secrets: the connection (AIRFLOW_CONN_*) is not in
     # the environment of the Spark JVM or of the job's Python, where a transform could read it
     sampled = list(ps.environs.values())
@@ -159,7 +159,7 @@ def test_hourly_runs_over_sasl_ssl_through_crashes_are_exactly_once_and_leak_no_
     assert any("_offsetbatch/plans" in name for name in places), "job specs were checked"
     # the secrets files this test's jobs were given (named on their command lines; the other pytest
     # worker's pipelines write their own meanwhile) are all gone
-    given = {Path(f).parent for cmd, _ in sampled for f in re.findall(r"--kafka-secrets (\S+)", cmd)}
+    given = {Path(f).parent for cmd, _ in sampled for f in re.findall(r"--secrets (\S+)", cmd)}
     assert given and all(d.parent == Path(tempfile.gettempdir()) for d in given)
     assert [d for d in given if d.exists()] == [], "a secrets file outlived its run"
 

@@ -23,44 +23,44 @@ def creates_ledger(sink: Sink) -> bool:
     return sink.owner() is None and not sink.published_ids()
 
 
-def check(pipeline: str, ledger: Ledger, sink: Sink) -> None:
+def check(name: str, ledger: Ledger, sink: Sink) -> None:
     """Refuse (``OwnershipError``, nothing changed) unless ``ledger`` owns ``sink``'s output."""
-    where = f"pipeline {pipeline}: the {sink.target}"
+    where = f"pipeline {name}: the {sink.target}"
     owner = sink.owner()
     if owner is not None:
-        if owner.get("ledger_id") != ledger.identity or owner.get("pipeline") != pipeline:
+        if owner.get("ledger_id") != ledger.identity or owner.get("pipeline") != name:
             raise OwnershipError(
                 f"{where} belongs to ledger {owner.get('ledger_id')} (pipeline {owner.get('pipeline')}), but this run "
-                f"uses ledger {ledger.identity} at {_shown(ledger)} (pipeline {pipeline}). Nothing was changed. "
-                + FIX.format(pipeline=pipeline))
+                f"uses ledger {ledger.identity} at {_shown(ledger)} (pipeline {name}). Nothing was changed. "
+                + FIX.format(pipeline=name))
         return
     published = sink.published_ids()
     if not published:
-        _check_not_moved(pipeline, ledger, sink, where)
+        _check_not_moved(name, ledger, sink, where)
         return
-    known = ledger.committed_ids(pipeline)
+    known = ledger.committed_ids(name)
     unknown = [i for i in published if i not in known]
     if unknown:
         what = "has no record of this pipeline" if not known else f"does not know batch(es) {_ids(unknown)}"
         raise OwnershipError(
             f"{where} holds {len(published)} published batch(es) ({_ids(published)}), but ledger {ledger.identity} "
             f"at {_shown(ledger)} {what}. Nothing was changed: planning from this ledger would re-read what the "
-            f"table already holds. " + FIX.format(pipeline=pipeline))
+            f"table already holds. " + FIX.format(pipeline=name))
 
 
-def _check_not_moved(pipeline: str, ledger: Ledger, sink: Sink, where: str) -> None:
+def _check_not_moved(name: str, ledger: Ledger, sink: Sink, where: str) -> None:
     """An output with no owner mark and no batch, under a ledger that has published batches of the
     pipeline: the sink's path or table changed (a typo, a new folder). Planning on from the frontier
     would put the new batches there and leave the earlier ones behind, splitting the pipeline's data.
     (A batch committed but not yet published, after a crash, claims nothing yet: that is rolled
     forward, not refused.)"""
-    last = ledger.last_published(pipeline)
+    last = ledger.last_published(name)
     if last is None:
         return
     batch_id, path = last
     raise OwnershipError(
         f"{where} holds no batch and no owner mark, but ledger {ledger.identity} at {_shown(ledger)} has published "
-        f"batches of pipeline {pipeline} up to batch {batch_id}, to {path}. Nothing was changed: planning on from the "
+        f"batches of pipeline {name} up to batch {batch_id}, to {path}. Nothing was changed: planning on from the "
         f"ledger's frontier would start the pipeline's data over in a new place. If the sink's path or table "
         f"changed by mistake, set it back; to move the output, move the table with its _offsetbatch folder (or, for "
         f"a database table, rename it back); to start over on purpose, give the pipeline a new name or a new ledger.")

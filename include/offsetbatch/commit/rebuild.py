@@ -50,9 +50,9 @@ class RebuildPlan:
         }
 
 
-def plan_rebuild(pipeline: str, sink: Sink) -> RebuildPlan:
+def plan_rebuild(name: str, sink: Sink) -> RebuildPlan:
     """What the ledger of ``pipeline`` held, read from the sink's published manifests."""
-    where = f"pipeline {pipeline}: the {sink.target}"
+    where = f"pipeline {name}: the {sink.target}"
     if not isinstance(sink, KeepsManifests):
         raise RebuildRefusedError(
             f"{where} keeps no manifests of its batches (the {sink.type} sink), so its ledger cannot be rebuilt from "
@@ -61,10 +61,10 @@ def plan_rebuild(pipeline: str, sink: Sink) -> RebuildPlan:
     if not manifests:
         raise RebuildRefusedError(f"{where} holds no published batch; there is nothing to rebuild. A new ledger is "
                                   f"created by 'offsetbatch ledger init' or the pipeline's first run.")
-    plan = RebuildPlan(pipeline, sink.settings.path, manifests)
+    plan = RebuildPlan(name, sink.settings.path, manifests)
     by_tp: dict[TopicPartition, list[tuple[int, int, int]]] = {}
     for output_id, m in manifests.items():
-        if m.pipeline != pipeline:
+        if m.pipeline != name:
             raise RebuildRefusedError(f"{where} holds batch {output_id} of pipeline {m.pipeline}; a table belongs to "
                                       f"one pipeline. Nothing was changed.")
         for r in m.ranges:
@@ -77,7 +77,7 @@ def plan_rebuild(pipeline: str, sink: Sink) -> RebuildPlan:
                 raise RebuildRefusedError(
                     f"{where}: published batches {a_id} and {b_id} both hold offsets [{b0}, {a1}) of {tp}, so the "
                     f"table is not exactly-once and no consistent ledger can describe it. Nothing was changed. "
-                    f"Remove the duplicate output first (see 'offsetbatch batch {pipeline} {b_id}').")
+                    f"Remove the duplicate output first (see 'offsetbatch batch {name} {b_id}').")
             if b0 > a1:
                 plan.gaps.append(Gap(tp.topic, tp.partition, a1, b0, reason="rebuild"))
         plan.frontier[tp] = spans[-1][1]

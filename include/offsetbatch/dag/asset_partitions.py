@@ -28,10 +28,10 @@ log = logging.getLogger(__name__)
 KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"  # Airflow's temporal mappers' default input_format
 
 
-def partition_key(ledger: "Ledger", pipeline: str, batch_id: int) -> str | None:
+def partition_key(ledger: "Ledger", name: str, batch_id: int) -> str | None:
     """``batch_id``'s time slice as a partition key (a replay: its target's), ``None`` without one."""
-    batch = ledger.get_batch(pipeline, batch_id)
-    source = ledger.get_batch(pipeline, batch.target_batch_id) if batch.target_batch_id else batch
+    batch = ledger.get_batch(name, batch_id)
+    source = ledger.get_batch(name, batch.target_batch_id) if batch.target_batch_id else batch
     start = source.stats.get("data_interval_start")
     if start is None:
         return None

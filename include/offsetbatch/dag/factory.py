@@ -21,7 +21,8 @@ import logging
 from datetime import timedelta
 from pathlib import Path
 
-from offsetbatch.config import PIPELINES_DIR, PipelineConfig, installed, load_config
+from offsetbatch import redact
+from offsetbatch.config import PIPELINES_DIR, installed
 from offsetbatch.errors import ConfigError
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.request import dag_params
@@ -38,12 +39,13 @@ def _config_path(config: str | Path) -> Path:
     return path
 
 
-def _doc(cfg: PipelineConfig, target: str, asset_uri: str) -> str:
+def _doc(pipeline: Pipeline, target: str, asset_uri: str) -> str:
+    cfg = pipeline.cfg
     source = ", ".join(cfg.kafka.topics) if cfg.kafka.topics else f"topics matching `{cfg.kafka.pattern}`"
     return (
         f"### {cfg.name}\n\n{cfg.description}\n\n"
         f"Reads {source} exactly once into {target} (asset `{asset_uri}`). Offsets are tracked in the offsets ledger "
-        f"(`{cfg.ledger.url or cfg.ledger.conn_id}`), not by a consumer group; progress is published to "
+        f"(`{redact.url(cfg.ledger.url or cfg.ledger.conn_id or '')}`), not by a consumer group; progress is published to "
         f"group `{cfg.group_id}` for lag tools.\n\n"
         f"Tasks: **plan** (ranges from the frontier) → **spark_job** (reads exactly those ranges) → "
         f"**commit** (manifest check, ledger transaction, publish). Every task is idempotent per run: "
@@ -62,7 +64,7 @@ def pipeline_dags(sources: str | None = None) -> dict:
     found = installed.read(sources)
     for message in (*found.missing, *found.errors):
         log.error("offsetbatch: pipeline config skipped, it has no DAG: %s", message)
-    return {cfg.dag_id: _build(cfg, Path(cfg.source_file)) for cfg in found.configs.values()}
+    return {cfg.dag_id: _build(Pipeline(cfg), Path(cfg.source_file)) for cfg in found.configs.values()}
 
 
 def raise_config_errors(sources: str | None = None) -> None:
@@ -79,11 +81,11 @@ def pipeline_dag(config: str | Path):
     """Build the DAG of one pipeline config (a name in include/pipelines/ or a path), for a DAG file
     of its own; a bad config raises ``ConfigError`` (that file's import error)."""
     path = _config_path(config)
-    return _build(load_config(path), path)
+    return _build(Pipeline.load(path), path)
 
 
-def _build(cfg: PipelineConfig, path: Path):
-    """The DAG of ``cfg``, read from ``path``: its tasks re-read the file, so they run today's config."""
+def _build(pipeline: Pipeline, path: Path):
+    """The DAG of ``pipeline``, read from ``path``: its tasks re-read the file, so they run today's config."""
     from airflow.sdk import Asset, dag
     from airflow.timetables.interval import CronDataIntervalTimetable
 
@@ -91,8 +93,8 @@ def _build(cfg: PipelineConfig, path: Path):
     from offsetbatch.dag.operators.spark_connect import BatchSparkConnectOperator
     from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
 
-    cfg_path = str(path)
-    sink = Pipeline(cfg).sink
+    cfg, cfg_path = pipeline.cfg, str(path)
+    sink = pipeline.sink
     # The outlet is the sink's real target (a table, an Iceberg table, a topic), never its staging;
     # named by its URI, so pipelines that write one target update one asset (Airflow deactivates an
     # asset whose URI another active asset has under another name, and fails its tasks).
@@ -102,7 +104,7 @@ def _build(cfg: PipelineConfig, path: Path):
     @dag(
         dag_id=cfg.dag_id,
         description=cfg.description or f"offsetbatch pipeline {cfg.name}",
-        doc_md=_doc(cfg, sink.target, asset.uri),
+        doc_md=_doc(pipeline, sink.target, asset.uri),
         schedule=CronDataIntervalTimetable(cfg.airflow.schedule, timezone="UTC"),
         start_date=cfg.airflow.start_date,
         end_date=cfg.airflow.end_date,

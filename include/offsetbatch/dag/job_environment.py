@@ -6,7 +6,7 @@ secrets (``AIRFLOW__CORE__FERNET_KEY``, ``..._SQL_ALCHEMY_CONN``, the API's JWT 
 settings of the same kind. ``spark-submit`` hands its environment to the driver's JVM, the job's
 Python and every Python worker, where a transform could read it (``reflect('java.lang.System',
 'getenv', ...)``) and a heap dump or ``/proc/<pid>/environ`` shows it. The job needs none of them:
-its Kafka secrets reach it in a private file (``source.connection.write_secrets_file``).
+its connections' secrets reach it in a private file (``offsetbatch.job_secrets``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from openlineage.client.facet_v2 import (
 )
 
 if TYPE_CHECKING:
-    from offsetbatch.config import PipelineConfig
+    from offsetbatch.pipeline import Pipeline
 
 RANGE = re.compile(r"^(?P<topic>.+)/(?P<partition>\d+)\[(?P<start>\d+),(?P<until>\d+)\)$")
 SCHEMA_BASE = "https://github.com/offsetbatch/offsetbatch/blob/main/docs/openlineage"
@@ -76,27 +76,29 @@ def _ranges(batches: list[dict]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _schema(cfg: "PipelineConfig") -> schema_dataset.SchemaDatasetFacet | None:
+def _schema(pipeline: "Pipeline") -> schema_dataset.SchemaDatasetFacet | None:
     from offsetbatch.formats.ddl import ddl_fields
 
+    cfg = pipeline.cfg
     if not cfg.value.schema_ddl:
         return None
     return schema_dataset.SchemaDatasetFacet(fields=[
         schema_dataset.SchemaDatasetFacetFields(name=name, type=kind) for name, kind in ddl_fields(cfg.value.schema_ddl)])
 
 
-def task_lineage(cfg: "PipelineConfig", plan: dict | None, commit: dict | None = None, outputs: bool = True):
+def task_lineage(pipeline: "Pipeline", plan: dict | None, commit: dict | None = None, outputs: bool = True):
     """The ``OperatorLineage`` of one task of a run: the offsets read (the ``commit`` result's
     batches if given, else the ``plan``'s), the sink's target and rejected datasets (``outputs``;
     with row counts once there is a ``commit`` result), and the run facet (kinds from the plan)."""
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from offsetbatch.pipeline import Pipeline
     from offsetbatch.sinks.uris import kafka_dataset, kafka_topic_uri
+
+    cfg = pipeline.cfg
 
     planned = list((plan or {}).get("batches") or [])
     batches = list((commit or {}).get("batches") or []) or planned
-    schema = _schema(cfg)
+    schema = _schema(pipeline)
     inputs = []
     for topic, ranges in sorted(_ranges(batches).items()):
         namespace, name = kafka_dataset(kafka_topic_uri(cfg.kafka.conn_id, topic))
@@ -104,7 +106,7 @@ def task_lineage(cfg: "PipelineConfig", plan: dict | None, commit: dict | None =
                                    inputFacets={"offsetbatch_offsets": OffsetRangesInputDatasetFacet(ranges=ranges)}))
     out = []
     if outputs and batches:
-        sink = Pipeline(cfg).sink
+        sink = pipeline.sink
         for (namespace, name), rows in ((sink.lineage_dataset(), "rows_out"),
                                         (sink.rejected_lineage_dataset(), "rows_rejected")):
             facets = {"outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(

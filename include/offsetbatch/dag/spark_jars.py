@@ -66,7 +66,7 @@ def format_jars(fmt: "type[ValueFormat]") -> list[str]:
     the Avro formats) are there: they are cached with the connector's, or in the provided folder."""
     if not fmt.jars:
         return []
-    what, why = f"the Spark jars of value format {fmt.name!r}", f", which this pipeline parses with"
+    what, why = f"the Spark jars of value format {fmt.name!r}", ", which this pipeline parses with"
     if folder := _provided():
         _require(folder, fmt.jars, what, why)
     else:

@@ -3,7 +3,7 @@
     plan_step          plan (or find) the run's batches and write their job specs; or carry out a reset
     spark_submission   what the spark_job task submits: the batches still to run, one attempt id, the
                        job's arguments; raises ``NothingToRun`` when there is none (the task skips)
-    spark_job_secrets  the Kafka secrets the job gets in a private file
+    spark_job_secrets  the secrets the job gets in a private file (``offsetbatch.job_secrets``)
     spark_redundant    after a failed spark-submit: whether other runs committed the batches meanwhile
     spark_failure      after a failed spark-submit that stands: one line saying what failed and what next
     commit_step        commit the run's batches from the finished attempt's manifests
@@ -130,7 +130,7 @@ def spark_job_secrets(pipeline: Pipeline) -> dict[str, str]:
     """The secrets the job needs, from the pipeline's connections at submit time: the Kafka ones
     (``kafka.*``: SASL login, client key; none for PLAINTEXT) and an object store's (``fs.s3a.*``,
     ``storage.s3.S3Settings.hadoop_options``). The operator hands them over in a private file
-    (``source.connection.write_secrets_file``), never in arguments or the job spec."""
+    (``offsetbatch.job_secrets``), never in arguments or the job spec."""
     secrets = from_connection(pipeline.cfg.kafka.conn_id).spark_secrets()
     if pipeline.cfg.sink.storage_conn_id:
         from offsetbatch.storage.s3 import S3Settings

@@ -105,8 +105,6 @@ class ConfluentAvroFormat(ConfluentFramed, AvroFormat):
 
     @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
-        from pyspark.sql import functions as F
-
         frame = cls.framing_of(spec)
         return decode(records, spec, frame.writer, frame.named, frame.body, frame.error)
 

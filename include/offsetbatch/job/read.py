@@ -10,9 +10,9 @@ import math
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from offsetbatch import job_secrets
 from offsetbatch.errors import ConfigError
 from offsetbatch.jobspec import JobSpec
-from offsetbatch.source.connection import SECRETS_ARG
 
 KAFKA_TIMEOUT_MS = 20_000
 HEADERS_TYPE = "ARRAY<STRUCT<`key`: STRING, `value`: BINARY>>"
@@ -40,7 +40,7 @@ def kafka_client_options(spec: JobSpec, secrets: dict[str, str]) -> dict[str, st
     if protocol.startswith("SASL_") and "kafka.sasl.jaas.config" not in options:
         raise ConfigError(
             f"pipeline {spec.pipeline} batch {spec.batch_id}: the Kafka connection uses "
-            f"{options['kafka.security.protocol']} but the job got no credentials ({SECRETS_ARG} FILE, which the "
+            f"{options['kafka.security.protocol']} but the job got no credentials ({job_secrets.ARG} FILE, which the "
             f"spark_job task passes). Run the batch through its DAG, not spark-submit by hand without the file.")
     return options
 

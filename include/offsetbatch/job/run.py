@@ -27,7 +27,7 @@ from pyspark import SparkConf
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from offsetbatch import faults, storage
+from offsetbatch import faults, job_secrets, storage
 from offsetbatch.formats import ERROR, FORMATS, META
 from offsetbatch.job import stats as job_stats
 from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
@@ -37,7 +37,6 @@ from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.sinks import sink_for
 from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.staging import StagingLayout
-from offsetbatch.source.connection import SECRETS_ARG, read_secrets_file
 
 log = logging.getLogger("offsetbatch.job")
 
@@ -157,13 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, action="append",
                         help="URI of a batch's job spec (JSON); repeat for the batches of a backfill run")
     parser.add_argument("--attempt", required=True, help="this attempt's id: its own staging folder")
-    parser.add_argument(SECRETS_ARG, metavar="FILE", help="JSON file (mode 0600) with the Kafka connection's secret "
-                        "kafka.* options; the spark_job task writes it and removes it after the run")
+    parser.add_argument(job_secrets.ARG, job_secrets.OLD_ARG, dest="secrets", metavar="FILE",
+                        help="JSON file (mode 0600) with the secrets of the pipeline's connections (the Kafka "
+                             "connection's kafka.* options, an object store's fs.s3a.* keys); the spark_job task "
+                             "writes it and removes it after the run")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
-    secrets = read_secrets_file(args.kafka_secrets) if args.kafka_secrets else {}
-    if args.kafka_secrets:  # read once; nothing needs it on disk any longer (the task removes its folder too)
-        os.unlink(args.kafka_secrets)
+    secrets = job_secrets.read(args.secrets) if args.secrets else {}
+    if args.secrets:  # read once; nothing needs it on disk any longer (the task removes its folder too)
+        os.unlink(args.secrets)
     bind_object_store(secrets, args.spec)  # before the specs are read: they may be on it
     specs = [JobSpec.load(uri) for uri in args.spec]
     ids = "-".join(str(s.batch_id) for s in specs)

@@ -137,40 +137,40 @@ def migrate(engine: sa.Engine) -> int:
 
 
 @contextmanager
-def pipeline_lock(engine: sa.Engine, pipeline: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
+def pipeline_lock(engine: sa.Engine, name: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
     """One transaction holding the pipeline's lock; commits on success, rolls back on error."""
     t0 = time.monotonic()
     try:
-        _ensure_pipeline_row(engine, pipeline)
+        _ensure_pipeline_row(engine, name)
         with engine.connect() as conn:
             if engine.dialect.name == "sqlite":
                 # Before BEGIN IMMEDIATE: how long to wait for another writer (raw connection, no autobegin).
                 conn.connection.driver_connection.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
             with conn.begin():
                 if engine.dialect.name == "postgresql":
-                    _pg_lock(conn, pipeline, timeout_s)
+                    _pg_lock(conn, name, timeout_s)
                 waited = time.monotonic() - t0
                 if waited > 1:
-                    log.info("pipeline %s: got the ledger lock after waiting %.1fs for another run", pipeline, waited)
+                    log.info("pipeline %s: got the ledger lock after waiting %.1fs for another run", name, waited)
                 yield conn
     except sa.exc.DBAPIError as exc:
         text = str(exc.orig or exc).lower()
         if "readonly database" in text or "read-only transaction" in text:
             raise LedgerReadOnlyError(
-                f"pipeline {pipeline}: the ledger at {engine.url.render_as_string(hide_password=True)} cannot be "
+                f"pipeline {name}: the ledger at {engine.url.render_as_string(hide_password=True)} cannot be "
                 f"written ({str(exc.orig or exc).strip().splitlines()[0]}); nothing was changed. Make it writable for "
                 f"the user that runs the Airflow tasks (for SQLite, the file and its folder), or point ledger.url "
                 f"or the ledger's connection at a writable database.") from None
         if isinstance(exc, OperationalError) and ("locked" in text or "lock timeout" in text):
             raise LedgerLockTimeout(
-                f"pipeline {pipeline}: another run held the ledger lock for more than {timeout_s:.0f}s; "
+                f"pipeline {name}: another run held the ledger lock for more than {timeout_s:.0f}s; "
                 f"nothing was changed. Check for a stuck plan/commit task of this pipeline and retry."
             ) from exc
         raise
 
 
-def _pg_lock(conn: sa.Connection, pipeline: str, timeout_s: float) -> None:
-    sel = sa.select(schema.pipelines.c.name).where(schema.pipelines.c.name == pipeline)
+def _pg_lock(conn: sa.Connection, name: str, timeout_s: float) -> None:
+    sel = sa.select(schema.pipelines.c.name).where(schema.pipelines.c.name == name)
     conn.execute(sa.text("SAVEPOINT ob_lock"))
     try:
         conn.execute(sel.with_for_update(nowait=True))
@@ -178,7 +178,7 @@ def _pg_lock(conn: sa.Connection, pipeline: str, timeout_s: float) -> None:
         return
     except OperationalError:
         conn.execute(sa.text("ROLLBACK TO SAVEPOINT ob_lock"))
-    log.info("pipeline %s: another run holds the ledger lock; waiting up to %.0fs", pipeline, timeout_s)
+    log.info("pipeline %s: another run holds the ledger lock; waiting up to %.0fs", name, timeout_s)
     conn.execute(sa.text(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'"))
     conn.execute(sel.with_for_update())
 
@@ -190,13 +190,13 @@ def reading(engine: sa.Engine) -> Iterator[sa.Connection]:
         yield conn
 
 
-def _ensure_pipeline_row(engine: sa.Engine, pipeline: str) -> None:
+def _ensure_pipeline_row(engine: sa.Engine, name: str) -> None:
     with reading(engine) as conn:
-        exists = conn.execute(sa.select(schema.pipelines.c.name).where(schema.pipelines.c.name == pipeline)).first()
+        exists = conn.execute(sa.select(schema.pipelines.c.name).where(schema.pipelines.c.name == name)).first()
     if exists:
         return
     try:
         with engine.begin() as conn:
-            conn.execute(schema.pipelines.insert().values(name=pipeline, created_at=now()))
+            conn.execute(schema.pipelines.insert().values(name=name, created_at=now()))
     except sa.exc.IntegrityError:
         pass  # created concurrently

@@ -49,9 +49,9 @@ def _range_dict(r: sa.Row) -> dict:
             "rows_read": r.rows_read, "rows_rejected": r.rows_rejected}
 
 
-def _batch_rows(conn: sa.Connection, pipeline: str, rows: list) -> list[dict]:
+def _batch_rows(conn: sa.Connection, name: str, rows: list) -> list[dict]:
     """Batch rows with their ranges (a replay shows its target's ranges), in two queries."""
-    read = range_rows(conn, pipeline, (r.target_batch_id or r.batch_id for r in rows))
+    read = range_rows(conn, name, (r.target_batch_id or r.batch_id for r in rows))
     out = []
     for r in rows:
         folder = r.target_batch_id or r.batch_id
@@ -72,49 +72,49 @@ def _batch_rows(conn: sa.Connection, pipeline: str, rows: list) -> list[dict]:
     return out
 
 
-def batch_page(ledger: Ledger, pipeline: str, before: int | None = None, limit: int = 50) -> dict:
+def batch_page(ledger: Ledger, name: str, before: int | None = None, limit: int = 50) -> dict:
     """One page of batch history, newest first; ``next_before`` pages on (``None`` on the last page)."""
     limit = max(1, min(limit, MAX_PAGE))
     with ledger.reading() as conn:
-        rows = page_rows(conn, pipeline, limit + 1, before)
+        rows = page_rows(conn, name, limit + 1, before)
         more = len(rows) > limit
         rows = rows[:limit]
         total = conn.execute(sa.select(sa.func.count()).select_from(batches)
-                             .where(batches.c.pipeline == pipeline)).scalar_one()
-        page = _batch_rows(conn, pipeline, rows)
-    return {"pipeline": pipeline, "total": total, "limit": limit, "before": before,
+                             .where(batches.c.pipeline == name)).scalar_one()
+        page = _batch_rows(conn, name, rows)
+    return {"pipeline": name, "total": total, "limit": limit, "before": before,
             "next_before": rows[-1].batch_id if more else None, "batches": page}
 
 
-def batches_for_run(ledger: Ledger, pipeline: str, run_id: str) -> list[dict]:
+def batches_for_run(ledger: Ledger, name: str, run_id: str) -> list[dict]:
     """Every batch an Airflow run planned (``ix_ob_batches_run``)."""
     with ledger.reading() as conn:
-        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.run_id == run_id)
+        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.run_id == run_id)
                             .order_by(batches.c.batch_id)).all()
-        return _batch_rows(conn, pipeline, rows)
+        return _batch_rows(conn, name, rows)
 
 
-def summary(ledger: Ledger, pipeline: str, now: datetime | None = None) -> dict:
+def summary(ledger: Ledger, name: str, now: datetime | None = None) -> dict:
     """Last batch, batch counts by status, and the last 24 hours' committed rows and data loss."""
     now = now or datetime.now(timezone.utc)
     since = now - timedelta(hours=24)
     with ledger.reading() as conn:
-        last = page_rows(conn, pipeline, 1)
+        last = page_rows(conn, name, 1)
         last_committed = conn.execute(
             sa.select(batches.c.batch_id, batches.c.committed_at)
-            .where(batches.c.pipeline == pipeline, batches.c.status == "committed")
+            .where(batches.c.pipeline == name, batches.c.status == "committed")
             .order_by(batches.c.batch_id.desc()).limit(1)).first()
-        counts = dict(conn.execute(sa.select(batches.c.status, sa.func.count()).where(batches.c.pipeline == pipeline)
+        counts = dict(conn.execute(sa.select(batches.c.status, sa.func.count()).where(batches.c.pipeline == name)
                                    .group_by(batches.c.status)).all())
         day = conn.execute(
             sa.select(sa.func.count(), sa.func.sum(batches.c.rows_in), sa.func.sum(batches.c.rows_out),
                       sa.func.sum(batches.c.rows_rejected))
-            .where(batches.c.pipeline == pipeline, batches.c.committed_at >= since)).one()
-        lost = data_loss(conn, pipeline, since)
-        last_rows = _batch_rows(conn, pipeline, last)
+            .where(batches.c.pipeline == name, batches.c.committed_at >= since)).one()
+        lost = data_loss(conn, name, since)
+        last_rows = _batch_rows(conn, name, last)
     last_batch = last_rows[0] if last_rows else None
     return {
-        "pipeline": pipeline,
+        "pipeline": name,
         "last_batch": last_batch,
         "last_batch_age_seconds": _seconds(_parse(last_batch["planned_at"]) if last_batch else None, now),
         "last_commit_age_seconds": _seconds(last_committed.committed_at if last_committed else None, now),
@@ -128,27 +128,27 @@ def _parse(v: str | None) -> datetime | None:
     return datetime.fromisoformat(v) if v else None
 
 
-def lag_history(ledger: Ledger, pipeline: str, points: int = 200) -> list[dict]:
+def lag_history(ledger: Ledger, name: str, points: int = 200) -> list[dict]:
     """Lag at planning of the last ``points`` incremental batches, oldest first, with the lag left
     after each batch (lag minus the records it read)."""
     with ledger.reading() as conn:
         rows = conn.execute(
             sa.select(batches.c.batch_id, batches.c.planned_at, batches.c.status, batches.c.lag_at_plan)
-            .where(batches.c.pipeline == pipeline, batches.c.kind == "incremental", batches.c.lag_at_plan.is_not(None))
+            .where(batches.c.pipeline == name, batches.c.kind == "incremental", batches.c.lag_at_plan.is_not(None))
             .order_by(batches.c.batch_id.desc()).limit(points)).all()
         ids = [r.batch_id for r in rows]
         read = dict(conn.execute(
             sa.select(ranges.c.batch_id, sa.func.sum(ranges.c.until_offset - ranges.c.from_offset))
-            .where(ranges.c.pipeline == pipeline, ranges.c.batch_id.in_(ids)).group_by(ranges.c.batch_id)).all()) if ids else {}
+            .where(ranges.c.pipeline == name, ranges.c.batch_id.in_(ids)).group_by(ranges.c.batch_id)).all()) if ids else {}
     return [{"batch_id": r.batch_id, "at": _iso(r.planned_at), "status": r.status, "lag": r.lag_at_plan,
              "records": int(read.get(r.batch_id) or 0), "lag_after": max(r.lag_at_plan - int(read.get(r.batch_id) or 0), 0)}
             for r in reversed(rows)]
 
 
-def gap_rows(ledger: Ledger, pipeline: str, limit: int = 200) -> list[dict]:
+def gap_rows(ledger: Ledger, name: str, limit: int = 200) -> list[dict]:
     """Offsets the pipeline never read (retention before reading, or a forward reset), newest first."""
     with ledger.reading() as conn:
-        rows = conn.execute(sa.select(gaps).where(gaps.c.pipeline == pipeline)
+        rows = conn.execute(sa.select(gaps).where(gaps.c.pipeline == name)
                             .order_by(gaps.c.id.desc()).limit(limit)).all()
     return [{"topic": r.topic, "partition": r.partition, "from_offset": r.from_offset, "until_offset": r.until_offset,
              "records": r.until_offset - r.from_offset, "reason": r.reason, "detected_at": _iso(r.detected_at)}
@@ -163,7 +163,7 @@ def mark_gaps(page: list[dict], gap_list: list[dict]) -> None:
                            if k in ends] if b["kind"] == "incremental" else []
 
 
-def event_rows(ledger: Ledger, pipeline: str, limit: int = 20, routine: bool = False,
+def event_rows(ledger: Ledger, name: str, limit: int = 20, routine: bool = False,
                window: int | None = None) -> list[dict]:
     """The audit log, newest first (``event_query``): when, what, who (``actor``: ``cli:<user>`` or
     the Airflow user who triggered the run), why (``reason``, when one was given), a one-line
@@ -173,9 +173,9 @@ def event_rows(ledger: Ledger, pipeline: str, limit: int = 20, routine: bool = F
     with ledger.reading() as conn:
         since = None
         if window is not None and not routine:
-            since = conn.execute(sa.select(events.c.at).where(events.c.pipeline == pipeline)
+            since = conn.execute(sa.select(events.c.at).where(events.c.pipeline == name)
                                  .order_by(events.c.at.desc()).offset(window - 1).limit(1)).scalar()
-        rows = conn.execute(event_query(pipeline, limit, routine, since)).all()
+        rows = conn.execute(event_query(name, limit, routine, since)).all()
     out = []
     for r in rows:
         detail = r.detail if isinstance(r.detail, dict) else {}

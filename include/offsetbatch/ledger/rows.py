@@ -24,46 +24,46 @@ MAX_PAGE = 500
 ROUTINE_EVENTS = ("batch_planned", "batch_committed", "batch_resumed")
 
 
-def page_rows(conn: sa.Connection, pipeline: str, limit: int, before: int | None = None) -> list[sa.Row]:
+def page_rows(conn: sa.Connection, name: str, limit: int, before: int | None = None) -> list[sa.Row]:
     """Up to ``limit`` batch rows, newest first, with ``batch_id < before`` if given (keyset paging
     on the primary key: a deep page costs what the first one does)."""
-    q = sa.select(batches).where(batches.c.pipeline == pipeline)
+    q = sa.select(batches).where(batches.c.pipeline == name)
     if before is not None:
         q = q.where(batches.c.batch_id < before)
     return conn.execute(q.order_by(batches.c.batch_id.desc()).limit(limit)).all()
 
 
-def range_rows(conn: sa.Connection, pipeline: str, ids: Iterable[int]) -> dict[int, list[sa.Row]]:
+def range_rows(conn: sa.Connection, name: str, ids: Iterable[int]) -> dict[int, list[sa.Row]]:
     """The range rows of batches ``ids`` in one ``IN`` query, by batch id, each ordered by topic
     and partition. A replay has no ranges of its own: ask for its ``target_batch_id``."""
     out: dict[int, list[sa.Row]] = defaultdict(list)
     ids = sorted(set(ids))
     if not ids:
         return out
-    rows = conn.execute(sa.select(ranges).where(ranges.c.pipeline == pipeline, ranges.c.batch_id.in_(ids))
+    rows = conn.execute(sa.select(ranges).where(ranges.c.pipeline == name, ranges.c.batch_id.in_(ids))
                         .order_by(ranges.c.batch_id, ranges.c.topic, ranges.c.partition))
     for r in rows:
         out[r.batch_id].append(r)
     return out
 
 
-def data_loss(conn: sa.Connection, pipeline: str, since: datetime) -> tuple[int, int]:
+def data_loss(conn: sa.Connection, name: str, since: datetime) -> tuple[int, int]:
     """(gap rows, records they skipped) recorded at or after ``since``: offsets never read, by
     retention (``on_data_loss: skip``) or a forward reset."""
     n, lost = conn.execute(
         sa.select(sa.func.count(), sa.func.sum(gaps.c.until_offset - gaps.c.from_offset))
-        .where(gaps.c.pipeline == pipeline, gaps.c.detected_at >= since)).one()
+        .where(gaps.c.pipeline == name, gaps.c.detected_at >= since)).one()
     return n, int(lost or 0)
 
 
-def event_query(pipeline: str, limit: int, routine: bool = False, since: datetime | None = None) -> sa.Select:
+def event_query(name: str, limit: int, routine: bool = False, since: datetime | None = None) -> sa.Select:
     """The newest ``limit`` audit events (``ob_events``), newest first, read backwards along
     ``ix_ob_events_pipeline`` (not before ``since`` if given). Without ``routine``, the bookkeeping
     of incremental batches is left out (a replay's or backfill's planning stays: an operator asked
     for it)."""
     q = (sa.select(events, batches.c.kind.label("batch_kind"))
          .outerjoin(batches, sa.and_(batches.c.pipeline == events.c.pipeline, batches.c.batch_id == events.c.batch_id))
-         .where(events.c.pipeline == pipeline))
+         .where(events.c.pipeline == name))
     if since is not None:
         q = q.where(events.c.at >= since)
     if not routine:

@@ -11,8 +11,6 @@ from typing import Iterator
 
 import sqlalchemy as sa
 
-from offsetbatch.validation import check_ledger_url
-from offsetbatch.errors import ConfigError
 from offsetbatch.ledger import engine as eng
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError
 from offsetbatch.ledger.rows import page_rows, range_rows
@@ -75,22 +73,6 @@ class Ledger:
         eng.migrate(self.engine)
         self._identity: str | None = None
 
-    @staticmethod
-    def url_for(cfg) -> str:
-        """The database URL a pipeline config points at (``ledger.url`` or its Airflow connection)."""
-        if cfg.ledger.url:
-            return cfg.ledger.url  # checked when the config loaded
-        url = eng.url_from_connection(cfg.ledger.conn_id)
-        try:
-            return check_ledger_url(url)
-        except ValueError as exc:
-            raise ConfigError(f"pipeline {cfg.name}: the ledger connection '{cfg.ledger.conn_id}' (ledger.conn_id): "
-                              f"{exc}") from None
-
-    @classmethod
-    def for_config(cls, cfg, create: bool = False) -> "Ledger":
-        return cls(cls.url_for(cfg), create)
-
     @property
     def identity(self) -> str:
         """This ledger's id, made once when it was created (tables record which ledger owns them)."""
@@ -99,24 +81,24 @@ class Ledger:
                 self._identity = conn.execute(sa.select(ledger_info.c.ledger_id)).scalar_one()
         return self._identity
 
-    def knows(self, pipeline: str) -> bool:
+    def knows(self, name: str) -> bool:
         """Whether this ledger has planned anything for ``pipeline``."""
         with self.reading() as conn:
-            return conn.execute(sa.select(batches.c.batch_id).where(batches.c.pipeline == pipeline).limit(1)).first() \
+            return conn.execute(sa.select(batches.c.batch_id).where(batches.c.pipeline == name).limit(1)).first() \
                 is not None
 
-    def committed_ids(self, pipeline: str) -> set[int]:
+    def committed_ids(self, name: str) -> set[int]:
         """Ids of the pipeline's committed batches: the output ids a table may hold."""
         with self.reading() as conn:
             return set(conn.execute(sa.select(batches.c.batch_id).where(
-                batches.c.pipeline == pipeline, batches.c.status == "committed")).scalars())
+                batches.c.pipeline == name, batches.c.status == "committed")).scalars())
 
-    def last_published(self, pipeline: str) -> tuple[int, str | None] | None:
+    def last_published(self, name: str) -> tuple[int, str | None] | None:
         """(batch id, output path) of the pipeline's newest published batch, ``None`` before the
         first publish: where the ledger says the pipeline's output is."""
         with self.reading() as conn:
             row = conn.execute(sa.select(batches.c.batch_id, batches.c.output_path).where(
-                batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_not(None))
+                batches.c.pipeline == name, batches.c.status == "committed", batches.c.published_at.is_not(None))
                 .order_by(batches.c.batch_id.desc()).limit(1)).first()
         return (row.batch_id, row.output_path) if row else None
 
@@ -124,15 +106,15 @@ class Ledger:
         self.engine.dispose()
 
     def __enter__(self) -> "Ledger":
-        """``with Ledger.for_config(cfg) as ledger:`` disposes the engine's connections on exit."""
+        """``with pipeline.ledger() as ledger:`` disposes the engine's connections on exit."""
         return self
 
     def __exit__(self, *exc) -> None:
         self.dispose()
 
     @contextmanager
-    def lock(self, pipeline: str, timeout_s: float = eng.LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
-        with eng.pipeline_lock(self.engine, pipeline, timeout_s) as conn:
+    def lock(self, name: str, timeout_s: float = eng.LOCK_TIMEOUT_S) -> Iterator[sa.Connection]:
+        with eng.pipeline_lock(self.engine, name, timeout_s) as conn:
             yield conn
 
     @contextmanager
@@ -143,14 +125,14 @@ class Ledger:
     # ---- reads -------------------------------------------------------------------------
 
     @staticmethod
-    def frontier(conn: sa.Connection, pipeline: str) -> dict[TopicPartition, int]:
+    def frontier(conn: sa.Connection, name: str) -> dict[TopicPartition, int]:
         rows = conn.execute(sa.select(frontier.c.topic, frontier.c.partition, frontier.c.next_offset)
-                            .where(frontier.c.pipeline == pipeline))
+                            .where(frontier.c.pipeline == name))
         return {TopicPartition(r.topic, r.partition): r.next_offset for r in rows}
 
-    def frontier_now(self, pipeline: str) -> dict[TopicPartition, int]:
+    def frontier_now(self, name: str) -> dict[TopicPartition, int]:
         with self.reading() as conn:
-            return self.frontier(conn, pipeline)
+            return self.frontier(conn, name)
 
     def _batch(self, conn: sa.Connection, row, read: list | None = None) -> Batch:
         """A batch row as a ``Batch``; ``read``: its range rows when the caller fetched a page's
@@ -170,120 +152,120 @@ class Ledger:
         return Batch(row.pipeline, row.batch_id, row.kind, row.status, planned, row.run_id, row.dag_id, stats,
                      target_batch_id=row.target_batch_id, superseded_by=row.superseded_by)
 
-    def get_batch(self, pipeline: str, batch_id: int, conn: sa.Connection | None = None) -> Batch:
+    def get_batch(self, name: str, batch_id: int, conn: sa.Connection | None = None) -> Batch:
         if conn is None:
             with self.reading() as c:
-                return self.get_batch(pipeline, batch_id, c)
-        row = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)).first()
+                return self.get_batch(name, batch_id, c)
+        row = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.batch_id == batch_id)).first()
         if row is None:
-            raise LedgerError(f"pipeline {pipeline}: batch {batch_id} does not exist in the ledger")
+            raise LedgerError(f"pipeline {name}: batch {batch_id} does not exist in the ledger")
         return self._batch(conn, row)
 
-    def batch_for_run(self, conn: sa.Connection, pipeline: str, run_id: str) -> Batch | None:
+    def batch_for_run(self, conn: sa.Connection, name: str, run_id: str) -> Batch | None:
         row = conn.execute(
-            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.run_id == run_id,
+            sa.select(batches).where(batches.c.pipeline == name, batches.c.run_id == run_id,
                                      batches.c.kind == "incremental")
         ).first()
         return self._batch(conn, row) if row else None
 
-    def planned_for_run(self, conn: sa.Connection, pipeline: str, run_id: str) -> list[Batch]:
+    def planned_for_run(self, conn: sa.Connection, name: str, run_id: str) -> list[Batch]:
         """Backfill/replay batches a run planned and has not committed yet (a retried plan reuses them)."""
         rows = conn.execute(
-            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.run_id == run_id,
+            sa.select(batches).where(batches.c.pipeline == name, batches.c.run_id == run_id,
                                      batches.c.kind != "incremental", batches.c.status == "planned")
             .order_by(batches.c.batch_id)
         ).all()
         return [self._batch(conn, r) for r in rows]
 
-    def pending_replays(self, conn: sa.Connection, pipeline: str) -> dict[int, Batch]:
+    def pending_replays(self, conn: sa.Connection, name: str) -> dict[int, Batch]:
         """Replay batches planned and not committed yet, by the batch they replay (a new replay of
         one of them would re-read the same offsets on top of it)."""
         rows = conn.execute(sa.select(batches).where(
-            batches.c.pipeline == pipeline, batches.c.status == "planned", batches.c.target_batch_id.is_not(None))
+            batches.c.pipeline == name, batches.c.status == "planned", batches.c.target_batch_id.is_not(None))
             .order_by(batches.c.batch_id)).all()
         return {r.target_batch_id: self._batch(conn, r) for r in reversed(rows)}  # the oldest wins
 
-    def batches_by_id(self, conn: sa.Connection, pipeline: str, ids: list[int]) -> dict[int, Batch]:
-        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.batch_id.in_(ids))).all()
+    def batches_by_id(self, conn: sa.Connection, name: str, ids: list[int]) -> dict[int, Batch]:
+        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.batch_id.in_(ids))).all()
         return {r.batch_id: self._batch(conn, r) for r in rows}
 
     @staticmethod
-    def ranges_in_use(conn: sa.Connection, pipeline: str,
+    def ranges_in_use(conn: sa.Connection, name: str,
                       statuses: tuple[str, ...] = ("planned", "committed")) -> list[tuple[int, str, OffsetRange]]:
         """(batch id, status, range) of the batches that own offsets: no new range may overlap them."""
         rows = conn.execute(
             sa.select(ranges, batches.c.status)
             .join(batches, sa.and_(batches.c.pipeline == ranges.c.pipeline, batches.c.batch_id == ranges.c.batch_id))
-            .where(ranges.c.pipeline == pipeline, batches.c.status.in_(statuses))
+            .where(ranges.c.pipeline == name, batches.c.status.in_(statuses))
             .order_by(ranges.c.topic, ranges.c.partition, ranges.c.from_offset)
         ).all()
         return [(r.batch_id, r.status, OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before))
                 for r in rows]
 
-    def superseded_pending(self, conn: sa.Connection, pipeline: str) -> list[Batch]:
+    def superseded_pending(self, conn: sa.Connection, name: str) -> list[Batch]:
         """Batches a rewind superseded whose ranges no new batch has re-read yet, oldest first."""
         rows = conn.execute(
-            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.status == "superseded",
+            sa.select(batches).where(batches.c.pipeline == name, batches.c.status == "superseded",
                                      batches.c.superseded_by.is_(None)).order_by(batches.c.batch_id)
         ).all()
         return [self._batch(conn, r) for r in rows]
 
     @staticmethod
-    def frontier_full(conn: sa.Connection, pipeline: str) -> dict[TopicPartition, tuple[int, int]]:
+    def frontier_full(conn: sa.Connection, name: str) -> dict[TopicPartition, tuple[int, int]]:
         """(start offset, next offset) per partition."""
-        rows = conn.execute(sa.select(frontier).where(frontier.c.pipeline == pipeline))
+        rows = conn.execute(sa.select(frontier).where(frontier.c.pipeline == name))
         return {TopicPartition(r.topic, r.partition): (r.start_offset, r.next_offset) for r in rows}
 
-    def pending(self, conn: sa.Connection, pipeline: str, kind: str = "incremental") -> Batch | None:
+    def pending(self, conn: sa.Connection, name: str, kind: str = "incremental") -> Batch | None:
         row = conn.execute(
-            sa.select(batches).where(batches.c.pipeline == pipeline, batches.c.status == "planned",
+            sa.select(batches).where(batches.c.pipeline == name, batches.c.status == "planned",
                                      batches.c.kind == kind).order_by(batches.c.batch_id)
         ).first()
         return self._batch(conn, row) if row else None
 
-    def list_batches(self, pipeline: str, limit: int = 50, before: int | None = None) -> list[Batch]:
+    def list_batches(self, name: str, limit: int = 50, before: int | None = None) -> list[Batch]:
         """Up to ``limit`` batches, newest first, with ``batch_id < before`` if given: the UI's paged
         query (``ledger.queries``), one query for the page and one ``IN`` query for its ranges."""
         with self.reading() as conn:
-            rows = page_rows(conn, pipeline, limit, before)
-            read = range_rows(conn, pipeline, (r.target_batch_id or r.batch_id for r in rows))
+            rows = page_rows(conn, name, limit, before)
+            read = range_rows(conn, name, (r.target_batch_id or r.batch_id for r in rows))
             return [self._batch(conn, r, read.get(r.target_batch_id or r.batch_id, [])) for r in rows]
 
-    def all_ranges(self, pipeline: str, committed_only: bool = True) -> list[tuple[int, OffsetRange]]:
+    def all_ranges(self, name: str, committed_only: bool = True) -> list[tuple[int, OffsetRange]]:
         """Every range of the pipeline with its batch id, ordered by partition and offset."""
         with self.reading() as conn:
             q = (sa.select(ranges, batches.c.status)
                  .join(batches, sa.and_(batches.c.pipeline == ranges.c.pipeline, batches.c.batch_id == ranges.c.batch_id))
-                 .where(ranges.c.pipeline == pipeline))
+                 .where(ranges.c.pipeline == name))
             if committed_only:
                 q = q.where(batches.c.status == "committed")
             rows = conn.execute(q.order_by(ranges.c.topic, ranges.c.partition, ranges.c.from_offset)).all()
         return [(r.batch_id, OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before)) for r in rows]
 
-    def list_gaps(self, pipeline: str) -> list[tuple[int | None, Gap]]:
+    def list_gaps(self, name: str) -> list[tuple[int | None, Gap]]:
         with self.reading() as conn:
-            rows = conn.execute(sa.select(gaps).where(gaps.c.pipeline == pipeline).order_by(gaps.c.id)).all()
+            rows = conn.execute(sa.select(gaps).where(gaps.c.pipeline == name).order_by(gaps.c.id)).all()
         return [(r.batch_id, Gap(r.topic, r.partition, r.from_offset, r.until_offset, r.reason)) for r in rows]
 
-    def frontier_rows(self, pipeline: str) -> list[dict]:
+    def frontier_rows(self, name: str) -> list[dict]:
         with self.reading() as conn:
-            rows = conn.execute(sa.select(frontier).where(frontier.c.pipeline == pipeline)
+            rows = conn.execute(sa.select(frontier).where(frontier.c.pipeline == name)
                                 .order_by(frontier.c.topic, frontier.c.partition)).all()
         return [dict(r._mapping) for r in rows]
 
-    def list_events(self, pipeline: str, limit: int = 100) -> list[dict]:
+    def list_events(self, name: str, limit: int = 100) -> list[dict]:
         with self.reading() as conn:
-            rows = conn.execute(sa.select(events).where(events.c.pipeline == pipeline)
+            rows = conn.execute(sa.select(events).where(events.c.pipeline == name)
                                 .order_by(events.c.id.desc()).limit(limit)).all()
         return [dict(r._mapping) for r in rows]
 
     @staticmethod
-    def unpublished(conn: sa.Connection, pipeline: str) -> list[tuple[int, int, str]]:
+    def unpublished(conn: sa.Connection, name: str) -> list[tuple[int, int, str]]:
         """(batch id, output folder id, committed attempt) of committed batches whose output is not
         in the table yet, in commit order."""
         rows = conn.execute(
             sa.select(batches.c.batch_id, batches.c.target_batch_id, batches.c.committed_attempt)
-            .where(batches.c.pipeline == pipeline, batches.c.status == "committed", batches.c.published_at.is_(None))
+            .where(batches.c.pipeline == name, batches.c.status == "committed", batches.c.published_at.is_(None))
             .order_by(batches.c.batch_id)
         ).all()
         return [(r.batch_id, r.target_batch_id or r.batch_id, r.committed_attempt) for r in rows]
@@ -291,12 +273,12 @@ class Ledger:
     # ---- writes (inside Ledger.lock) -----------------------------------------------------
 
     @staticmethod
-    def event(conn: sa.Connection, pipeline: str, kind: str, detail: dict | None = None,
+    def event(conn: sa.Connection, name: str, kind: str, detail: dict | None = None,
               batch_id: int | None = None, actor: str | None = None) -> None:
-        conn.execute(events.insert().values(pipeline=pipeline, at=eng.now(), kind=kind, actor=actor,
+        conn.execute(events.insert().values(pipeline=name, at=eng.now(), kind=kind, actor=actor,
                                             batch_id=batch_id, detail=detail or {}))
 
-    def start_partitions(self, conn: sa.Connection, pipeline: str, starts: dict[TopicPartition, int], policy: str) -> None:
+    def start_partitions(self, conn: sa.Connection, name: str, starts: dict[TopicPartition, int], policy: str) -> None:
         """Pin the first offset of newly discovered partitions (so ``latest`` is decided once), each
         with its audit event. Two statements (``unnest`` on PostgreSQL, SQLAlchemy's insertmanyvalues
         elsewhere), not two round trips per partition: a first plan at 10,000 partitions took 30 s
@@ -308,120 +290,120 @@ class Ledger:
         details = [{"topic": tp.topic, "partition": tp.partition, "offset": offset, "policy": policy}
                    for tp, offset in ordered]
         if conn.dialect.name == "postgresql":
-            conn.execute(_PG_START_FRONTIER, {"pipeline": pipeline, "t": t, "topics": [tp.topic for tp, _ in ordered],
+            conn.execute(_PG_START_FRONTIER, {"pipeline": name, "t": t, "topics": [tp.topic for tp, _ in ordered],
                                               "parts": [tp.partition for tp, _ in ordered],
                                               "offsets": [offset for _, offset in ordered]})
-            conn.execute(_PG_START_EVENTS, {"pipeline": pipeline, "t": t,
+            conn.execute(_PG_START_EVENTS, {"pipeline": name, "t": t,
                                             "details": [json.dumps(d) for d in details]})
             return
-        conn.execute(frontier.insert(), [dict(pipeline=pipeline, topic=tp.topic, partition=tp.partition,
+        conn.execute(frontier.insert(), [dict(pipeline=name, topic=tp.topic, partition=tp.partition,
                                               start_offset=offset, next_offset=offset, updated_at=t)
                                          for tp, offset in ordered])
-        conn.execute(events.insert(), [dict(pipeline=pipeline, at=t, kind="partition_started", actor=None, batch_id=None,
+        conn.execute(events.insert(), [dict(pipeline=name, at=t, kind="partition_started", actor=None, batch_id=None,
                                             detail=d) for d in details])
 
-    def skip_gap(self, conn: sa.Connection, pipeline: str, gap: Gap) -> None:
+    def skip_gap(self, conn: sa.Connection, name: str, gap: Gap) -> None:
         """Record offsets lost to retention and move the frontier over them, audited, in one
         transaction (on_data_loss: skip). Committed ranges stay contiguous but for gap rows."""
         res = conn.execute(
             frontier.update()
-            .where(frontier.c.pipeline == pipeline, frontier.c.topic == gap.topic,
+            .where(frontier.c.pipeline == name, frontier.c.topic == gap.topic,
                    frontier.c.partition == gap.partition, frontier.c.next_offset == gap.from_offset)
             .values(next_offset=gap.until_offset, updated_at=eng.now())
         )
         if res.rowcount != 1:
-            raise StaleCommitError(f"pipeline {pipeline}: frontier of {gap.topic}/{gap.partition} moved while skipping "
+            raise StaleCommitError(f"pipeline {name}: frontier of {gap.topic}/{gap.partition} moved while skipping "
                                    f"gap [{gap.from_offset}, {gap.until_offset}); nothing was changed")
-        self.record_gap(conn, pipeline, gap)
-        self.event(conn, pipeline, "data_loss_skipped", {"topic": gap.topic, "partition": gap.partition,
+        self.record_gap(conn, name, gap)
+        self.event(conn, name, "data_loss_skipped", {"topic": gap.topic, "partition": gap.partition,
                                                          "from": gap.from_offset, "until": gap.until_offset})
 
     @staticmethod
-    def record_gap(conn: sa.Connection, pipeline: str, gap: Gap) -> None:
-        conn.execute(gaps.insert().values(pipeline=pipeline, topic=gap.topic, partition=gap.partition,
+    def record_gap(conn: sa.Connection, name: str, gap: Gap) -> None:
+        conn.execute(gaps.insert().values(pipeline=name, topic=gap.topic, partition=gap.partition,
                                           from_offset=gap.from_offset, until_offset=gap.until_offset,
                                           reason=gap.reason, detected_at=eng.now()))
 
     @staticmethod
-    def drop_gaps_from(conn: sa.Connection, pipeline: str, tp: TopicPartition, offset: int) -> int:
+    def drop_gaps_from(conn: sa.Connection, name: str, tp: TopicPartition, offset: int) -> int:
         """Forget skipped offsets at or after ``offset`` (a rewind will read them); trims a gap that straddles it."""
-        where = sa.and_(gaps.c.pipeline == pipeline, gaps.c.topic == tp.topic, gaps.c.partition == tp.partition)
+        where = sa.and_(gaps.c.pipeline == name, gaps.c.topic == tp.topic, gaps.c.partition == tp.partition)
         n = conn.execute(gaps.delete().where(where, gaps.c.from_offset >= offset)).rowcount
         n += conn.execute(gaps.update().where(where, gaps.c.from_offset < offset, gaps.c.until_offset > offset)
                           .values(until_offset=offset)).rowcount
         return n
 
     @staticmethod
-    def move_frontier(conn: sa.Connection, pipeline: str, tp: TopicPartition, expected: int, to: int,
+    def move_frontier(conn: sa.Connection, name: str, tp: TopicPartition, expected: int, to: int,
                       start_offset: int | None = None) -> None:
         """Set one partition's frontier by compare-and-set (resets); ``start_offset`` moves the first
         planned offset too (a rewind before it)."""
         values = {"next_offset": to, "updated_at": eng.now()}
         if start_offset is not None:
             values["start_offset"] = start_offset
-        res = conn.execute(frontier.update().where(frontier.c.pipeline == pipeline, frontier.c.topic == tp.topic,
+        res = conn.execute(frontier.update().where(frontier.c.pipeline == name, frontier.c.topic == tp.topic,
                                                    frontier.c.partition == tp.partition,
                                                    frontier.c.next_offset == expected).values(**values))
         if res.rowcount != 1:
-            raise StaleCommitError(f"pipeline {pipeline}: the frontier of {tp} is no longer {expected}; nothing was "
-                                   f"changed. Look at 'offsetbatch status {pipeline}' and retry.")
+            raise StaleCommitError(f"pipeline {name}: the frontier of {tp} is no longer {expected}; nothing was "
+                                   f"changed. Look at 'offsetbatch status {name}' and retry.")
 
     @staticmethod
-    def set_status(conn: sa.Connection, pipeline: str, batch_ids: list[int], status: str, from_status: str) -> None:
+    def set_status(conn: sa.Connection, name: str, batch_ids: list[int], status: str, from_status: str) -> None:
         if batch_ids:
-            conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id.in_(batch_ids),
+            conn.execute(batches.update().where(batches.c.pipeline == name, batches.c.batch_id.in_(batch_ids),
                                                 batches.c.status == from_status).values(status=status))
 
     @staticmethod
-    def mark_superseded_by(conn: sa.Connection, pipeline: str, batch_id: int, by: int) -> None:
-        conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+    def mark_superseded_by(conn: sa.Connection, name: str, batch_id: int, by: int) -> None:
+        conn.execute(batches.update().where(batches.c.pipeline == name, batches.c.batch_id == batch_id)
                      .values(superseded_by=by))
 
     @staticmethod
-    def superseded_by(conn: sa.Connection, pipeline: str, batch_id: int) -> list[int]:
+    def superseded_by(conn: sa.Connection, name: str, batch_id: int) -> list[int]:
         """Batches whose output ``batch_id`` replaces once it is published."""
         return list(conn.execute(sa.select(batches.c.batch_id).where(
-            batches.c.pipeline == pipeline, batches.c.superseded_by == batch_id)).scalars())
+            batches.c.pipeline == name, batches.c.superseded_by == batch_id)).scalars())
 
     @staticmethod
-    def next_batch_id(conn: sa.Connection, pipeline: str) -> int:
-        top = conn.execute(sa.select(sa.func.max(batches.c.batch_id)).where(batches.c.pipeline == pipeline)).scalar()
+    def next_batch_id(conn: sa.Connection, name: str) -> int:
+        top = conn.execute(sa.select(sa.func.max(batches.c.batch_id)).where(batches.c.pipeline == name)).scalar()
         return (top or 0) + 1
 
-    def insert_batch(self, conn: sa.Connection, pipeline: str, kind: str, planned: list[OffsetRange], *,
+    def insert_batch(self, conn: sa.Connection, name: str, kind: str, planned: list[OffsetRange], *,
                      dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
                      output_path: str, target: Batch | None = None, lag_at_plan: int | None = None,
                      run_type: str | None = None, actor: str | None = None, reason: str | None = None) -> Batch:
         """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's.
         ``lag_at_plan``: records between the frontier and the log end at planning (the UI's lag history)."""
-        batch_id = self.next_batch_id(conn, pipeline)
+        batch_id = self.next_batch_id(conn, name)
         conn.execute(batches.insert().values(
-            pipeline=pipeline, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
+            pipeline=name, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
             data_interval_start=interval[0], data_interval_end=interval[1], planned_at=eng.now(),
             output_path=output_path, target_batch_id=target.batch_id if target else None, lag_at_plan=lag_at_plan,
             run_type=run_type,
         ))
         if target is not None:
             planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset) for r in target.ranges]
-            self.event(conn, pipeline, "batch_planned", {"kind": kind, "run_id": run_id, "replays": target.batch_id,
+            self.event(conn, name, "batch_planned", {"kind": kind, "run_id": run_id, "replays": target.batch_id,
                                                          "records": sum(r.size for r in planned), "reason": reason},
                        batch_id, actor=actor)
-            return Batch(pipeline, batch_id, kind, "planned", planned, run_id, dag_id, target_batch_id=target.batch_id)
+            return Batch(name, batch_id, kind, "planned", planned, run_id, dag_id, target_batch_id=target.batch_id)
         if planned and conn.dialect.name == "postgresql":
             conn.execute(_PG_INSERT_RANGES, {
-                "pipeline": pipeline, "batch_id": batch_id, "topics": [r.topic for r in planned],
+                "pipeline": name, "batch_id": batch_id, "topics": [r.topic for r in planned],
                 "parts": [r.partition for r in planned], "froms": [r.from_offset for r in planned],
                 "untils": [r.until_offset for r in planned], "befores": [r.frontier_before for r in planned]})
         elif planned:
             conn.execute(ranges.insert(), [
-                dict(pipeline=pipeline, batch_id=batch_id, topic=r.topic, partition=r.partition,
+                dict(pipeline=name, batch_id=batch_id, topic=r.topic, partition=r.partition,
                      from_offset=r.from_offset, until_offset=r.until_offset, frontier_before=r.frontier_before)
                 for r in planned
             ])
-        self.event(conn, pipeline, "batch_planned", {"kind": kind, "run_id": run_id, "ranges": len(planned),
+        self.event(conn, name, "batch_planned", {"kind": kind, "run_id": run_id, "ranges": len(planned),
                                                      "records": sum(r.size for r in planned), "reason": reason},
                    batch_id, actor=actor)
-        return Batch(pipeline, batch_id, kind, "planned", list(planned), run_id, dag_id)
+        return Batch(name, batch_id, kind, "planned", list(planned), run_id, dag_id)
 
     def commit_batch(self, conn: sa.Connection, batch: Batch, stats: dict, range_stats: dict[TopicPartition, dict]) -> None:
         """Mark ``batch`` committed and advance the frontier by compare-and-set, in ``conn``'s transaction.
@@ -483,7 +465,7 @@ class Ledger:
             f"committed. Re-run the DAG: the planner will re-plan from the current frontier."
         )
 
-    def restore(self, conn: sa.Connection, pipeline: str, starts: dict[TopicPartition, int],
+    def restore(self, conn: sa.Connection, name: str, starts: dict[TopicPartition, int],
                 frontier_at: dict[TopicPartition, int], gap_rows: list[Gap],
                 committed: list[tuple[int, list[OffsetRange], dict, dict[TopicPartition, tuple[int, int]]]],
                 output_path: str, actor: str | None) -> None:
@@ -493,27 +475,27 @@ class Ledger:
         last = {r.tp: batch_id for batch_id, planned, _, _ in committed for r in planned
                 if r.until_offset == frontier_at[r.tp]}  # the batch that moved each frontier last
         conn.execute(frontier.insert(), [
-            dict(pipeline=pipeline, topic=tp.topic, partition=tp.partition, start_offset=starts[tp],
+            dict(pipeline=name, topic=tp.topic, partition=tp.partition, start_offset=starts[tp],
                  next_offset=frontier_at[tp], batch_id=last.get(tp), updated_at=t) for tp in sorted(frontier_at)])
         for batch_id, planned, stats, per_range in committed:
             conn.execute(batches.insert().values(
-                pipeline=pipeline, batch_id=batch_id, kind="incremental", status="committed", planned_at=t,
+                pipeline=name, batch_id=batch_id, kind="incremental", status="committed", planned_at=t,
                 committed_at=t, published_at=t, output_path=output_path, **stats))
             conn.execute(ranges.insert(), [
-                dict(pipeline=pipeline, batch_id=batch_id, topic=r.topic, partition=r.partition,
+                dict(pipeline=name, batch_id=batch_id, topic=r.topic, partition=r.partition,
                      from_offset=r.from_offset, until_offset=r.until_offset, frontier_before=r.frontier_before,
                      rows_read=per_range[r.tp][0], rows_rejected=per_range[r.tp][1]) for r in planned])
         for gap in gap_rows:
-            self.record_gap(conn, pipeline, gap)
-        self.event(conn, pipeline, "ledger_rebuilt", {"batches": len(committed), "gaps": len(gap_rows),
+            self.record_gap(conn, name, gap)
+        self.event(conn, name, "ledger_rebuilt", {"batches": len(committed), "gaps": len(gap_rows),
                                                      "table": output_path}, actor=actor)
 
-    def count_attempt(self, pipeline: str, batch_id: int) -> None:
+    def count_attempt(self, name: str, batch_id: int) -> None:
         with self.engine.begin() as conn:
-            conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+            conn.execute(batches.update().where(batches.c.pipeline == name, batches.c.batch_id == batch_id)
                          .values(attempts=batches.c.attempts + 1))
 
     @staticmethod
-    def mark_published(conn: sa.Connection, pipeline: str, batch_id: int) -> None:
-        conn.execute(batches.update().where(batches.c.pipeline == pipeline, batches.c.batch_id == batch_id)
+    def mark_published(conn: sa.Connection, name: str, batch_id: int) -> None:
+        conn.execute(batches.update().where(batches.c.pipeline == name, batches.c.batch_id == batch_id)
                      .values(published_at=eng.now()))

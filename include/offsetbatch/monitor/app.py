@@ -22,13 +22,13 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
-from offsetbatch.config import PipelineConfig
 from offsetbatch.ledger import queries
 from offsetbatch.monitor import chart
 from offsetbatch.monitor.pages import (MAX_POINTS, PAGE, POINTS, Forbidden, NotFound, PageError,
                                        Pages, Unavailable)
 from offsetbatch.monitor.sources import Sources
 from offsetbatch.monitor.views import render
+from offsetbatch.pipeline import Pipeline
 
 MAX_BATCH_ID = 2**63 - 1  # ob_batches.batch_id is a BIGINT: a larger ``before`` cannot be a batch id
 # What a query parameter must be, for the 422 message (FastAPI's own wording names only the bound).
@@ -41,17 +41,17 @@ Limit = Annotated[int, Query(ge=1, le=queries.MAX_PAGE)]
 Points = Annotated[int, Query(ge=1, le=MAX_POINTS)]
 
 
-def _may_read(user, cfg: PipelineConfig, runs: bool = False) -> bool:
+def _may_read(user, pipeline: Pipeline, runs: bool = False) -> bool:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    return get_auth_manager().is_authorized_dag(method="GET", user=user, details=DagDetails(id=cfg.dag_id),
+    return get_auth_manager().is_authorized_dag(method="GET", user=user, details=DagDetails(id=pipeline.cfg.dag_id),
                                                 access_entity=DagAccessEntity.RUN if runs else None)
 
 
 def _pages(request: Request, user: User) -> Pages:
     """The pages as this request's user may see them."""
-    return Pages(request.app.state.sources, lambda cfg, runs: _may_read(user, cfg, runs))
+    return Pages(request.app.state.sources, lambda pipeline, runs: _may_read(user, pipeline, runs))
 
 
 Site = Annotated[Pages, Depends(_pages)]
@@ -102,14 +102,14 @@ def _airflow_root(request: Request) -> str:
 def pipelines_page(request: Request, site: Site):
     listing = site.pipelines()
     return render("pipelines.html", rows=listing["pipelines"], errors=listing["errors"], base=_base(request),
-                  configured=len(site.configs()))
+                  configured=len(site.installed()))
 
 
 @router.get("/pipelines/{name}", response_class=HTMLResponse)
 def pipeline_page(request: Request, name: str, site: Site, before: Before = None, limit: Limit = PAGE):
-    cfg = site.pipeline(name)
-    d = site.detail(cfg, before, limit, POINTS)
-    return render("pipeline.html", cfg=cfg, base=_base(request), airflow=_airflow_root(request),
+    pipeline = site.pipeline(name)
+    d = site.detail(pipeline, before, limit, POINTS)
+    return render("pipeline.html", cfg=pipeline.cfg, base=_base(request), airflow=_airflow_root(request),
                   chart=chart.lag_svg(d["lag_history"], d["gaps"]), event_window=queries.EVENT_WINDOW, **d)
 
 
@@ -122,9 +122,10 @@ def dag_tab(request: Request, dag_id: str, site: Site):
 def run_page(request: Request, dag_id: str, run_id: str, site: Site):
     """The run tab. A DAG that is not a pipeline gets a 404 whose page still explains itself in
     one line (Airflow shows this tab on the runs of every DAG)."""
-    cfg, batches = site.run_batches(dag_id, run_id)
-    html = render("run.html", cfg=cfg, dag_id=dag_id, run_id=run_id, batches=batches, base=_base(request))
-    return HTMLResponse(html, status_code=200 if cfg else 404)
+    pipeline, batches = site.run_batches(dag_id, run_id)
+    html = render("run.html", cfg=pipeline.cfg if pipeline else None, dag_id=dag_id, run_id=run_id, batches=batches,
+                  base=_base(request))
+    return HTMLResponse(html, status_code=200 if pipeline else 404)
 
 
 # ---- JSON API -----------------------------------------------------------------------------

@@ -13,7 +13,6 @@ from typing import Callable, Iterator
 
 import sqlalchemy as sa
 
-from offsetbatch.config import PipelineConfig
 from offsetbatch.ledger import LedgerError, queries
 from offsetbatch.monitor import health
 from offsetbatch.monitor.sources import Sources
@@ -44,11 +43,11 @@ class Unavailable(PageError):
     """The pipeline's ledger is missing, unreachable or damaged (the other pipelines still show)."""
 
 
-# ``may_read(cfg, runs)``: whether the user may read the pipeline's DAG (``runs``: its DAG runs).
-MayRead = Callable[[PipelineConfig, bool], bool]
+# ``may_read(pipeline, runs)``: whether the user may read the pipeline's DAG (``runs``: its DAG runs).
+MayRead = Callable[[Pipeline, bool], bool]
 
 
-def _anyone(cfg: PipelineConfig, runs: bool = False) -> bool:
+def _anyone(pipeline: Pipeline, runs: bool = False) -> bool:
     return True
 
 
@@ -61,29 +60,29 @@ class Pages:
 
     # ---- which pipeline ---------------------------------------------------------------------
 
-    def configs(self) -> dict[str, PipelineConfig]:
+    def installed(self) -> dict[str, Pipeline]:
         """The installed pipelines that load (``Sources.pipelines``: a file that does not is logged
         and has no DAG either)."""
         return self.src.pipelines()
 
-    def pipeline(self, name: str) -> PipelineConfig:
+    def pipeline(self, name: str) -> Pipeline:
         """The pipeline ``name`` if the user may read its DAG. An unknown name says how many pipelines
         are configured, not where."""
-        configs = self.configs()
-        cfg = configs.get(name)
-        if cfg is None:
-            raise NotFound(f"no pipeline '{name}': {len(configs)} pipeline(s) are configured "
+        installed = self.installed()
+        pipeline = installed.get(name)
+        if pipeline is None:
+            raise NotFound(f"no pipeline '{name}': {len(installed)} pipeline(s) are configured "
                            f"(OFFSETBATCH_PIPELINES); the Pipelines page lists those you may read")
-        if not self.may_read(cfg, False):
-            raise Forbidden(f"you may not read DAG {cfg.dag_id} (pipeline {name})")
-        return cfg
+        if not self.may_read(pipeline, False):
+            raise Forbidden(f"you may not read DAG {pipeline.cfg.dag_id} (pipeline {name})")
+        return pipeline
 
-    def pipeline_of_dag(self, dag_id: str) -> PipelineConfig:
+    def pipeline_of_dag(self, dag_id: str) -> Pipeline:
         """The pipeline behind a DAG's tab (the pipeline page checks who may read it)."""
-        cfg = self.src.by_dag_id(dag_id)
-        if cfg is None:
+        pipeline = self.src.by_dag_id(dag_id)
+        if pipeline is None:
             raise NotFound(f"no offsetbatch pipeline has DAG id {dag_id}: this tab shows offsetbatch pipelines only")
-        return cfg
+        return pipeline
 
     # ---- pages ------------------------------------------------------------------------------
 
@@ -91,11 +90,12 @@ class Pages:
         """Every pipeline the user may read, one row each; a ledger that cannot be read is one line
         in ``errors`` and does not hide the others."""
         rows, errors = [], []
-        for cfg in self.configs().values():
-            if not self.may_read(cfg, False):
+        for pipeline in self.installed().values():
+            cfg = pipeline.cfg
+            if not self.may_read(pipeline, False):
                 continue
             try:
-                rows.append(self.overview(cfg))
+                rows.append(self.overview(pipeline))
             except Exception as exc:  # noqa: BLE001 - one broken ledger must not hide the others
                 if isinstance(exc, LedgerError):  # missing or unreachable: the message says it all
                     log.warning("pipeline %s: cannot read its ledger: %s", cfg.name, exc)
@@ -104,11 +104,12 @@ class Pages:
                 errors.append(f"pipeline {cfg.name}: cannot read its ledger: {type(exc).__name__}: {_one_line(exc)}")
         return {"pipelines": rows, "errors": errors}
 
-    def overview(self, cfg: PipelineConfig, lag: list[dict] | None = None) -> dict:
+    def overview(self, pipeline: Pipeline, lag: list[dict] | None = None) -> dict:
         """A pipeline's row: state and findings, lag, Kafka status and ledger summary. ``lag``: the
         lag history when the caller already has it (the rules need the last few points)."""
-        ledger = self.src.ledger(cfg)
-        status = self.src.status(cfg, ledger)
+        cfg = pipeline.cfg
+        ledger = self.src.ledger(pipeline)
+        status = self.src.status(pipeline, ledger)
         summary = queries.summary(ledger, cfg.name)
         if lag is None:
             lag = queries.lag_history(ledger, cfg.name, points=health.GROWING_RUNS + 1)
@@ -118,57 +119,59 @@ class Pages:
         return {"name": cfg.name, "dag_id": cfg.dag_id, "state": state, "findings": health.as_dicts(findings),
                 "lag_seconds": lag_seconds, "status": status, "summary": summary}
 
-    def detail(self, cfg: PipelineConfig, before: int | None = None, limit: int = PAGE, points: int = POINTS) -> dict:
+    def detail(self, pipeline: Pipeline, before: int | None = None, limit: int = PAGE, points: int = POINTS) -> dict:
         """The pipeline page: its overview, lag history, gaps, audit events and one page of batches
         (``page``: ``queries.batch_page``, each batch located and flagged when it follows a gap)."""
-        with _reading(cfg):
-            ledger = self.src.ledger(cfg)
+        cfg = pipeline.cfg
+        with _reading(cfg.name):
+            ledger = self.src.ledger(pipeline)
             lag = queries.lag_history(ledger, cfg.name, max(points, health.GROWING_RUNS + 1))
-            out = self.overview(cfg, lag)
+            out = self.overview(pipeline, lag)
             out["lag_history"] = lag[-points:]
             out["gaps"] = queries.gap_rows(ledger, cfg.name)
             out["events"] = queries.event_rows(ledger, cfg.name, EVENTS, window=queries.EVENT_WINDOW)
             out["page"] = queries.batch_page(ledger, cfg.name, before, limit)
-        locate(self.src.pipeline(cfg), out["page"]["batches"])
+        locate(pipeline, out["page"]["batches"])
         queries.mark_gaps(out["page"]["batches"], out["gaps"])
         return out
 
-    def latest(self, cfg: PipelineConfig, points: int = POINTS) -> dict:
+    def latest(self, pipeline: Pipeline, points: int = POINTS) -> dict:
         """The pipeline's JSON answer: ``detail`` with the newest batches as ``last_batches``."""
-        out = self.detail(cfg, None, LAST_BATCHES, points)
+        out = self.detail(pipeline, None, LAST_BATCHES, points)
         out["last_batches"] = out.pop("page")["batches"]
         return out
 
-    def batches(self, cfg: PipelineConfig, before: int | None = None, limit: int = PAGE) -> dict:
+    def batches(self, pipeline: Pipeline, before: int | None = None, limit: int = PAGE) -> dict:
         """One page of batch history (``queries.batch_page``), batches following a gap flagged."""
-        with _reading(cfg):
-            ledger = self.src.ledger(cfg)
-            page = queries.batch_page(ledger, cfg.name, before, limit)
-            queries.mark_gaps(page["batches"], queries.gap_rows(ledger, cfg.name))
+        with _reading(pipeline.name):
+            ledger = self.src.ledger(pipeline)
+            page = queries.batch_page(ledger, pipeline.name, before, limit)
+            queries.mark_gaps(page["batches"], queries.gap_rows(ledger, pipeline.name))
         return page
 
-    def lag(self, cfg: PipelineConfig, points: int = POINTS) -> dict:
-        with _reading(cfg):
-            return {"pipeline": cfg.name, "points": queries.lag_history(self.src.ledger(cfg), cfg.name, points)}
+    def lag(self, pipeline: Pipeline, points: int = POINTS) -> dict:
+        with _reading(pipeline.name):
+            return {"pipeline": pipeline.name,
+                    "points": queries.lag_history(self.src.ledger(pipeline), pipeline.name, points)}
 
-    def run_batches(self, dag_id: str, run_id: str) -> tuple[PipelineConfig | None, list[dict]]:
+    def run_batches(self, dag_id: str, run_id: str) -> tuple[Pipeline | None, list[dict]]:
         """The batches a DAG run planned, located. ``(None, [])`` for a DAG id no pipeline has: the
         run tab is on every DAG's runs."""
-        cfg = self.src.by_dag_id(dag_id)
-        if cfg is None:
+        pipeline = self.src.by_dag_id(dag_id)
+        if pipeline is None:
             return None, []
-        if not self.may_read(cfg, True):
+        if not self.may_read(pipeline, True):
             raise Forbidden(f"you may not read runs of DAG {dag_id}")
-        with _reading(cfg):
-            found = queries.batches_for_run(self.src.ledger(cfg), cfg.name, run_id)
-        return cfg, locate(self.src.pipeline(cfg), found)
+        with _reading(pipeline.name):
+            found = queries.batches_for_run(self.src.ledger(pipeline), pipeline.name, run_id)
+        return pipeline, locate(pipeline, found)
 
     def run(self, dag_id: str, run_id: str) -> dict:
         """The run's JSON answer; ``NotFound`` for a DAG id no pipeline has."""
-        cfg, batches = self.run_batches(dag_id, run_id)
-        if cfg is None:
+        pipeline, batches = self.run_batches(dag_id, run_id)
+        if pipeline is None:
             raise NotFound(f"no offsetbatch pipeline has DAG id '{dag_id}'")
-        return {"pipeline": cfg.name, "dag_id": dag_id, "run_id": run_id, "batches": batches}
+        return {"pipeline": pipeline.name, "dag_id": dag_id, "run_id": run_id, "batches": batches}
 
 
 def locate(pipeline: Pipeline, batches: list[dict]) -> list[dict]:
@@ -194,14 +197,14 @@ def locate(pipeline: Pipeline, batches: list[dict]) -> list[dict]:
 
 
 @contextmanager
-def _reading(cfg: PipelineConfig) -> Iterator[None]:
+def _reading(name: str) -> Iterator[None]:
     """A ledger that is missing, unreachable or damaged is ``Unavailable`` naming the pipeline, not
     a traceback in the server log only."""
     try:
         yield
     except (LedgerError, sa.exc.SQLAlchemyError) as exc:
-        log.warning("pipeline %s: cannot read its ledger: %s", cfg.name, exc)
-        raise Unavailable(f"pipeline {cfg.name}: cannot read its ledger: {_one_line(exc)}") from None
+        log.warning("pipeline %s: cannot read its ledger: %s", name, exc)
+        raise Unavailable(f"pipeline {name}: cannot read its ledger: {_one_line(exc)}") from None
 
 
 def _one_line(exc: BaseException) -> str:

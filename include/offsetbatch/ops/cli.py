@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.table import Table
 
 from offsetbatch.commit import ownership
-from offsetbatch.config import PIPELINES_DIR, PipelineConfig, installed
+from offsetbatch.config import PIPELINES_DIR, installed
 from offsetbatch.errors import ConfigError, KafkaUnreachableError, OffsetbatchError, PipelineError
 from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
 from offsetbatch.ops import report
@@ -88,7 +88,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {self.prog}: {_one_line(message)} (see '{self.prog} --help')\n")
 
 
-def _configs(args) -> dict[str, PipelineConfig]:
+def _pipelines(args) -> dict[str, Pipeline]:
     """The installed pipelines (``--pipelines``, else ``OFFSETBATCH_PIPELINES``: what the DAGs and the
     UI see too), or the one the command names. A source that is missing or holds no pipeline is a
     usage error, not an empty (and successful) answer; a config file that does not load is one
@@ -110,33 +110,26 @@ def _configs(args) -> dict[str, PipelineConfig]:
         if name not in configs:
             broken = f"; {len(found.errors)} config file(s) do not load (warned above)" if found.errors else ""
             raise NotFound(f"no pipeline '{name}' in {where} (have: {', '.join(sorted(configs)) or 'none'}){broken}")
-        return {name: configs[name]}
+        return {name: Pipeline(configs[name])}
     if not configs:
         raise ConfigError(f"no pipeline config in {where} loads: {_one_line(found.errors[0])}")
-    return configs
+    return {n: Pipeline(cfg) for n, cfg in configs.items()}
 
 
 def _pipeline(args) -> Pipeline:
     """The one pipeline the command names."""
-    return Pipeline(_configs(args)[args.pipeline])
+    return _pipelines(args)[args.pipeline]
 
 
 @contextmanager
-def _ledger(cfg: PipelineConfig) -> Iterator[Ledger]:
+def _ledger(pipeline: Pipeline) -> Iterator[Ledger]:
     """The pipeline's existing ledger (never created here). A connection that is not defined is a
-    config error; a database error (a damaged SQLite file, a server failing mid-read) becomes one
-    ``LedgerError`` line naming the pipeline and the ledger URL, password hidden."""
-    try:
-        url = Ledger.url_for(cfg)
-    except LedgerError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - Airflow's "conn_id isn't defined" and friends
-        raise ConfigError(f"pipeline {cfg.name}: cannot resolve its ledger (ledger.conn_id "
-                          f"'{cfg.ledger.conn_id}'): {_one_line(exc)}. Define the Airflow connection or set "
-                          f"ledger.url in {cfg.source_file}") from None
+    config error (``Pipeline.ledger_url``); a database error (a damaged SQLite file, a server failing
+    mid-read) becomes one ``LedgerError`` line naming the pipeline and the ledger URL, password hidden."""
+    cfg, url = pipeline.cfg, pipeline.ledger_url()
     try:
         try:
-            ledger = Ledger(url)
+            ledger = pipeline.ledger()
         except LedgerError as exc:  # missing or unreachable: say whose ledger it is
             raise type(exc)(f"pipeline {cfg.name}: {exc}") from None
         with ledger:
@@ -205,16 +198,16 @@ def cmd_ledger_init(args, out: Console) -> int:
     """Create the ledger of each pipeline (one per database), or say it exists: the one command that
     creates a ledger, besides a pipeline's first run over an empty table."""
     rows, seen = [], set()
-    for cfg in _configs(args).values():
-        url = Ledger.url_for(cfg)
+    for pipeline in _pipelines(args).values():
+        url = pipeline.ledger_url()
         if url in seen:
             continue
         seen.add(url)
         try:
-            with Ledger(url) as ledger:
+            with pipeline.ledger() as ledger:
                 rows.append({"ledger": _shown(url), "ledger_id": ledger.identity, "created": False})
         except LedgerMissingError:
-            with Ledger(url, create=True) as ledger:
+            with pipeline.ledger(create=True) as ledger:
                 rows.append({"ledger": _shown(url), "ledger_id": ledger.identity, "created": True})
     if args.json:
         _print_json(out, rows)
@@ -252,9 +245,9 @@ def cmd_ledger_rebuild(args, out: Console) -> int:
 def cmd_status(args, out: Console) -> int:
     statuses = []
     unreachable = False
-    for cfg in _configs(args).values():
-        pipeline = Pipeline(cfg)
-        with _ledger(cfg) as ledger:
+    for pipeline in _pipelines(args).values():
+        cfg = pipeline.cfg
+        with _ledger(pipeline) as ledger:
             ownership.check(cfg.name, ledger, pipeline.sink)  # a lost or mistyped ledger is refused
             try:
                 kafka = pipeline.kafka()
@@ -263,7 +256,7 @@ def cmd_status(args, out: Console) -> int:
             else:
                 err = None
             try:
-                st = pipeline_status(cfg, ledger, kafka, batches=args.batches)
+                st = pipeline_status(pipeline, ledger, kafka, batches=args.batches)
             finally:
                 if kafka is not None:
                     kafka.close()
@@ -280,8 +273,9 @@ def cmd_status(args, out: Console) -> int:
 
 
 def cmd_batches(args, out: Console) -> int:
-    cfg = _configs(args)[args.pipeline]
-    with _ledger(cfg) as ledger:
+    pipeline = _pipeline(args)
+    cfg = pipeline.cfg
+    with _ledger(pipeline) as ledger:
         rows = [batch_dict(b) for b in ledger.list_batches(cfg.name, args.limit)]
     if args.json:
         _print_json(out, rows, default=str)
@@ -296,7 +290,7 @@ def cmd_batch(args, out: Console) -> int:
     pipeline = _pipeline(args)
     cfg = pipeline.cfg
     check_batch_id(cfg.name, args.batch_id)  # before the ledger: its BIGINT overflows in the driver
-    with _ledger(cfg) as ledger:
+    with _ledger(pipeline) as ledger:
         try:
             b = batch_dict(ledger.get_batch(cfg.name, args.batch_id))
         except LedgerError as exc:
@@ -314,8 +308,9 @@ def cmd_batch(args, out: Console) -> int:
 
 def cmd_events(args, out: Console) -> int:
     """The audit log: resets (target, who, why), replays and backfills planned, data skipped."""
-    cfg = _configs(args)[args.pipeline]
-    with _ledger(cfg) as ledger:
+    pipeline = _pipeline(args)
+    cfg = pipeline.cfg
+    with _ledger(pipeline) as ledger:
         rows = queries.event_rows(ledger, cfg.name, args.limit, routine=args.all)
     if args.json:
         _print_json(out, rows, default=str)
@@ -336,7 +331,7 @@ def cmd_reset(args, out: Console) -> int:
     req = RunRequest("reset", reset_to=parse_reset_target(cfg.name, args.to), dry_run=not args.apply,
                      allow_rewind=args.allow_rewind, allow_data_loss=args.allow_data_loss, reason=args.reason,
                      actor=f"cli:{getpass.getuser()}")
-    with _ledger(cfg) as ledger, pipeline.kafka() as kafka:
+    with _ledger(pipeline) as ledger, pipeline.kafka() as kafka:
         plan = run_reset(pipeline, ledger, kafka, req)
     if args.json:
         _print_json(out, {**plan.to_dict(), "applied": args.apply})
@@ -370,12 +365,12 @@ def cmd_replay(args, out: Console) -> int:
     if args.reason:
         conf["reason"] = args.reason
     req = from_params(cfg.name, conf)
-    with _ledger(cfg) as ledger, ledger.reading() as conn:
+    with _ledger(pipeline) as ledger, ledger.reading() as conn:
         if req.batch_ids:
             targets, history = replay_targets(pipeline, ledger, conn, req.batch_ids), []
         else:
             with pipeline.kafka() as kafka:
-                targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
+                targets, history = plan_window(pipeline, ledger, conn, kafka, req.window)
     command = ["airflow", "dags", "trigger", cfg.dag_id, "--conf", json.dumps(conf)]
     summary = {"pipeline": cfg.name, "dag_id": cfg.dag_id, "replays": [b.batch_id for b in targets],
                "backfills": [[str(r) for r in rs] for rs in history], "command": shlex.join(command)}
@@ -411,7 +406,7 @@ def cmd_pools(args, out: Console) -> int:
 def cmd_doctor(args, out: Console) -> int:
     from offsetbatch.ops.doctor import run_checks
 
-    checks = run_checks(_configs(args))
+    checks = run_checks(_pipelines(args))
     if args.json:
         _print_json(out, [vars(c) for c in checks])
     else:

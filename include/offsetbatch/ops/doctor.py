@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from offsetbatch.config import PipelineConfig
+from offsetbatch import redact
 from offsetbatch.pipeline import Pipeline
 
 
@@ -23,7 +23,7 @@ def _run(name: str, fn, fix: str) -> Check:
     try:
         return Check(name, True, fn() or "ok")
     except Exception as exc:  # noqa: BLE001 - a check reports any failure, it never raises
-        return Check(name, False, f"{type(exc).__name__}: {exc}", fix)
+        return Check(name, False, redact.url(f"{type(exc).__name__}: {exc}"), fix)
 
 
 def _java() -> str:
@@ -78,7 +78,7 @@ def _kafka(pipeline: Pipeline) -> str:
 
 def _ledger(pipeline: Pipeline) -> str:
     from offsetbatch.commit import ownership
-    from offsetbatch.ledger import Ledger, LedgerMissingError
+    from offsetbatch.ledger import LedgerMissingError
     from offsetbatch.ledger.schema import LATEST
 
     cfg, sink = pipeline.cfg, pipeline.sink
@@ -86,7 +86,7 @@ def _ledger(pipeline: Pipeline) -> str:
         try:
             ledger = pipeline.ledger()
         except LedgerMissingError:
-            return f"no ledger yet at {Ledger.url_for(cfg)}; the first run creates it (nothing published yet)"
+            return f"no ledger yet at {redact.url(pipeline.ledger_url())}; the first run creates it (nothing published yet)"
     else:
         ledger = pipeline.ledger()
     with ledger:
@@ -96,10 +96,12 @@ def _ledger(pipeline: Pipeline) -> str:
                 f"v{LATEST}, {len(rows)} partition(s) tracked; owns the {sink.target})")
 
 
-def _transform(cfg: PipelineConfig) -> str:
+def _transform(pipeline: Pipeline) -> str:
     """The config-load checks of the schema, transform and schedule again, reported as one line: a
     Python transform imports in this environment, not necessarily in Airflow's or Spark's."""
     from offsetbatch import validation
+
+    cfg = pipeline.cfg
 
     parts = []
     if cfg.value.schema_ddl:
@@ -115,21 +117,22 @@ def _transform(cfg: PipelineConfig) -> str:
     return "; ".join(parts) + " (column names are checked by the Spark job before it reads Kafka)"
 
 
-def _spark_jars(cfg: PipelineConfig) -> str:
+def _spark_jars(pipeline: Pipeline) -> str:
     """Every jar this pipeline's job needs: the connector's, its formats' and, for a sink on S3, S3A's."""
     from offsetbatch.dag.spark_jars import job_jars
 
+    cfg = pipeline.cfg
     return f"{len(job_jars(cfg.sink.path, cfg.value.format, cfg.key.format))} jar(s) for spark-submit"
 
 
-def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
+def run_checks(pipelines: dict[str, Pipeline]) -> list[Check]:
     checks = [
         _run("java", _java, "install Java 17 (Debian: apt-get install openjdk-17-jre-headless)"),
         _run("pyspark", _pyspark, "run 'make setup' (it reinstalls pyspark==4.3.0 last)"),
         _run("spark kafka connector", _connector, "run 'make setup' once with access to Maven Central"),
     ]
-    spark_conns = {c.spark.conn_id for c in configs.values()}
-    kafka_conns = {c.kafka.conn_id for c in configs.values()}
+    spark_conns = {p.cfg.spark.conn_id for p in pipelines.values()}
+    kafka_conns = {p.cfg.kafka.conn_id for p in pipelines.values()}
     for conn_id in sorted(spark_conns):
         checks.append(_run(f"airflow connection {conn_id}", lambda c=conn_id: _airflow_conn(c, "spark"),
                            'define it, e.g. AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type":"spark","host":"local[*]",'
@@ -138,9 +141,9 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
         checks.append(_run(f"airflow connection {conn_id}", lambda c=conn_id: _airflow_conn(c, "kafka"),
                            'define it, e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type":"kafka","extra":'
                            '{"bootstrap.servers":"127.0.0.1:9092"}}\' (scripts/env.sh does)'))
-    for cfg in configs.values():
-        pipeline = Pipeline(cfg)
-        checks.append(_run(f"{cfg.name}: schema, transform, schedule", lambda c=cfg: _transform(c),
+    for pipeline in pipelines.values():
+        cfg = pipeline.cfg
+        checks.append(_run(f"{cfg.name}: schema, transform, schedule", lambda p=pipeline: _transform(p),
                            f"fix value.schema / transform / airflow.schedule in {cfg.source_file}; for "
                            f"transform.python, install the module where Airflow and Spark run"))
         checks.append(_run(f"{cfg.name}: kafka", lambda p=pipeline: _kafka(p),
@@ -150,7 +153,7 @@ def run_checks(configs: dict[str, PipelineConfig]) -> list[Check]:
                            f"check ledger.url / ledger.conn_id in {cfg.source_file}; for PostgreSQL, that the "
                            f"server is up and the database exists; a lost ledger: 'offsetbatch ledger rebuild "
                            f"{cfg.name}'"))
-        checks.append(_run(f"{cfg.name}: spark jars", lambda c=cfg: _spark_jars(c),
+        checks.append(_run(f"{cfg.name}: spark jars", lambda p=pipeline: _spark_jars(p),
                            "run 'make setup' once with access to Maven Central, or provide the jars the message "
                            "names in OFFSETBATCH_SPARK_JARS"))
         for name, check, fix in pipeline.sink.doctor_checks():

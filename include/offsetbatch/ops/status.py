@@ -8,10 +8,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from offsetbatch.config import PipelineConfig
 from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.rows import data_loss
 from offsetbatch.model import Batch, TopicPartition
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.source.admin import KafkaAdmin
 
 
@@ -58,7 +58,8 @@ def batch_dict(b: Batch) -> dict:
     }
 
 
-def pipeline_status(cfg: PipelineConfig, ledger: Ledger, kafka: KafkaAdmin | None, batches: int = 5) -> PipelineStatus:
+def pipeline_status(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin | None, batches: int = 5) -> PipelineStatus:
+    cfg = pipeline.cfg
     st = PipelineStatus(cfg.name, cfg.dag_id, batches=[batch_dict(b) for b in ledger.list_batches(cfg.name, batches)])
     st.gaps_24h, st.records_lost_24h = data_lost(ledger, cfg.name)
     rows = ledger.frontier_rows(cfg.name)
@@ -99,9 +100,9 @@ def _time_lag(lag: int | None, stamp_ms: int | None, frontier_row: dict, now_ms:
             f"the frontier last moved")
 
 
-def data_lost(ledger: Ledger, pipeline: str, hours: int = 24) -> tuple[int, int]:
+def data_lost(ledger: Ledger, name: str, hours: int = 24) -> tuple[int, int]:
     """(gap rows, records skipped) recorded in the last ``hours``: an operator must see data loss
     where they look first, not only in the audit log."""
     since = datetime.now(timezone.utc) - timedelta(hours=hours)
     with ledger.reading() as conn:
-        return data_loss(conn, pipeline, since)
+        return data_loss(conn, name, since)

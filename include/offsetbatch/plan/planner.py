@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Literal
 
-from offsetbatch.config import Caps, PipelineConfig
+from offsetbatch.config import Caps
 from offsetbatch.errors import DataLossError, PartitionVanishedError, TopicNotFoundError
 from offsetbatch.ledger import Ledger
 from offsetbatch.pipeline import Pipeline
@@ -87,7 +87,7 @@ def fair_share(demand: dict[TopicPartition, int], budget: int) -> dict[TopicPart
 
 
 def plan_ranges(
-    pipeline: str,
+    name: str,
     frontier: dict[TopicPartition, int],
     offsets: dict[TopicPartition, PartitionOffsets],
     caps: Caps,
@@ -100,7 +100,7 @@ def plan_ranges(
     when the pipeline skips them.
 
     Raises ``DataLossError`` (fail policy) or ``PartitionVanishedError``; nothing is partial."""
-    check_vanished(pipeline, frontier, set(offsets))
+    check_vanished(name, frontier, set(offsets))
     gaps: list[Gap] = []
     starts: dict[TopicPartition, int] = {}
     demand: dict[TopicPartition, int] = {}
@@ -108,13 +108,13 @@ def plan_ranges(
         po, start = offsets[tp], frontier[tp]
         if start > po.latest:
             raise DataLossError(
-                f"pipeline {pipeline}: frontier {start} of {tp} is past the log end {po.latest}; the topic was "
+                f"pipeline {name}: frontier {start} of {tp} is past the log end {po.latest}; the topic was "
                 f"probably deleted and recreated. Nothing was planned. Move the frontier with 'offsetbatch reset'."
             )
         if start < po.earliest:
             if on_data_loss != "skip":
                 raise DataLossError(
-                    f"pipeline {pipeline}: offsets [{start}, {po.earliest}) of {tp} were deleted by retention before "
+                    f"pipeline {name}: offsets [{start}, {po.earliest}) of {tp} were deleted by retention before "
                     f"they were read ({po.earliest - start} records lost). Nothing was planned. Either raise the "
                     f"topic's retention and restore the data, or set on_data_loss: skip to record the gap and go on."
                 )
@@ -152,10 +152,11 @@ def lift_future_cuts(offsets: dict[TopicPartition, PartitionOffsets], frontier: 
             for tp, po in offsets.items()}, lifted
 
 
-def _start_offsets(cfg: PipelineConfig, kafka: KafkaAdmin, new: set[TopicPartition],
+def _start_offsets(pipeline: Pipeline, kafka: KafkaAdmin, new: set[TopicPartition],
                    offsets: dict[TopicPartition, PartitionOffsets]) -> dict[TopicPartition, int]:
     """Where new partitions start; ``offsets``: this plan's lookup, reused (at 10,000 partitions each
     broker lookup costs about 0.3 s of client CPU)."""
+    cfg = pipeline.cfg
     if not new:
         return {}
     if cfg.starting_policy == "earliest":
@@ -200,7 +201,7 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
         check_vanished(name, frontier, current)
         new = current - set(frontier)
         offsets = kafka.offsets(current, run.cut_timestamp_ms)  # every partition, once: the frontier's keys below
-        starts = _start_offsets(cfg, kafka, new, offsets)
+        starts = _start_offsets(pipeline, kafka, new, offsets)
         if starts:
             ledger.start_partitions(conn, name, starts, cfg.starting_policy)
             shown = [f"{tp}@{o}" for tp, o in sorted(starts.items())[:LOGGED_STARTS]]
@@ -252,7 +253,7 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
         return PlanResult("new", [batch], gaps)
 
 
-def check_batch_readable(pipeline: str, batch: Batch, kafka: KafkaAdmin) -> None:
+def check_batch_readable(name: str, batch: Batch, kafka: KafkaAdmin) -> None:
     """A planned batch whose partitions are gone (its topic deleted after planning), or whose ranges
     end past the log (the topic recreated), can never run: refuse it here, before a Spark job is
     submitted for it again on every run."""
@@ -266,9 +267,9 @@ def check_batch_readable(pipeline: str, batch: Batch, kafka: KafkaAdmin) -> None
     why = [f"{', '.join(map(str, gone))} no longer exist(s)"] if gone else []
     why += [f"{r} ends past the log end {ends[r.tp]} of {r.tp} (the topic was recreated?)" for r in beyond]
     raise PartitionVanishedError(
-        f"pipeline {pipeline} batch {batch.batch_id} can never run: {'; '.join(why)} on {kafka.bootstrap}. Nothing "
+        f"pipeline {name} batch {batch.batch_id} can never run: {'; '.join(why)} on {kafka.bootstrap}. Nothing "
         f"was changed and no Spark job was submitted. If the topic was deleted or recreated on purpose, "
-        f"'offsetbatch reset {pipeline} --to latest --apply' abandons the batch and moves the frontier (audited; "
+        f"'offsetbatch reset {name} --to latest --apply' abandons the batch and moves the frontier (audited; "
         f"a deleted topic must first exist again or leave kafka.topics).")
 
 
@@ -297,7 +298,7 @@ def _plan_history(pipeline: Pipeline, ledger: Ledger, conn, kafka: KafkaAdmin, r
     if req.batch_ids:
         targets, history, interval = replay_targets(pipeline, ledger, conn, req.batch_ids), [], (None, None)
     else:
-        targets, history = plan_window(cfg, ledger, conn, kafka, req.window)
+        targets, history = plan_window(pipeline, ledger, conn, kafka, req.window)
         interval = req.window
     out: list[Batch] = []
     pending = ledger.pending_replays(conn, name)

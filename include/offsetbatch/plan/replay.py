@@ -19,7 +19,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from offsetbatch.config import Caps, PipelineConfig
+from offsetbatch.config import Caps
 from offsetbatch.errors import BackfillRefusedError, DataLossError, RunRequestError
 from offsetbatch.ledger import Ledger
 from offsetbatch.pipeline import Pipeline
@@ -67,10 +67,11 @@ def _ms(ts: datetime) -> int:
     return int(ts.timestamp() * 1000)
 
 
-def plan_window(cfg: PipelineConfig, ledger: Ledger, conn: sa.Connection, kafka: KafkaAdmin,
+def plan_window(pipeline: Pipeline, ledger: Ledger, conn: sa.Connection, kafka: KafkaAdmin,
                 window: tuple[datetime, datetime]) -> tuple[list[Batch], list[list[OffsetRange]]]:
     """(committed batches to re-execute, new history ranges to read) for ``window``; raises
     ``BackfillRefusedError`` or ``DataLossError`` before anything is planned."""
+    cfg = pipeline.cfg
     name, (start, end) = cfg.name, window
     where = f"pipeline {name}: window [{start.isoformat()}, {end.isoformat()})"
     bounds = ledger.frontier_full(conn, name)

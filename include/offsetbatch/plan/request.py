@@ -114,7 +114,7 @@ def _shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def parse_time(pipeline: str, name: str, value: Any) -> datetime:
+def parse_time(name: str, param: str, value: Any) -> datetime:
     """An ISO-8601 timestamp with a timezone (a naive one is ambiguous across Airflow and Kafka),
     from 1970 (``MIN_TIME``: Kafka timestamps are milliseconds since the epoch) to before 9999."""
     if isinstance(value, datetime):
@@ -123,77 +123,77 @@ def parse_time(pipeline: str, name: str, value: Any) -> datetime:
         try:
             ts = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} is not an ISO-8601 timestamp "
+            raise RunRequestError(f"pipeline {name}: {param} {_shown(value)} is not an ISO-8601 timestamp "
                                f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.") from None
     if ts.tzinfo is None or ts.utcoffset() is None:
-        raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} has no timezone; add one "
+        raise RunRequestError(f"pipeline {name}: {param} {_shown(value)} has no timezone; add one "
                            f"(example: 2026-11-20T13:00:00+00:00). Nothing was changed.")
     if ts < MIN_TIME:
-        raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} is before 1970-01-01T00:00:00+00:00; "
+        raise RunRequestError(f"pipeline {name}: {param} {_shown(value)} is before 1970-01-01T00:00:00+00:00; "
                               f"Kafka record timestamps count milliseconds from then, so no record is older. Check "
                               f"the year (example: 2026-11-20T13:00:00+00:00). Nothing was changed.")
     if ts >= MAX_TIME:
-        raise RunRequestError(f"pipeline {pipeline}: {name} {_shown(value)} is after 9999-01-01T00:00:00+00:00, "
+        raise RunRequestError(f"pipeline {name}: {param} {_shown(value)} is after 9999-01-01T00:00:00+00:00, "
                               f"not a time any record has. Check the year (example: 2026-11-20T13:00:00+00:00). "
                               f"Nothing was changed.")
     return ts
 
 
-def parse_reset_target(pipeline: str, value: Any) -> ResetTarget:
+def parse_reset_target(name: str, value: Any) -> ResetTarget:
     if value is None or (isinstance(value, str) and not value.strip()):
-        raise RunRequestError(f"pipeline {pipeline}: mode reset needs reset_to: earliest, latest, an ISO timestamp, "
+        raise RunRequestError(f"pipeline {name}: mode reset needs reset_to: earliest, latest, an ISO timestamp, "
                            f"or JSON {{\"topic\": {{\"partition\": offset}}}}. Nothing was changed.")
     if isinstance(value, str) and value.strip() in ("earliest", "latest"):
         return ResetTarget(value.strip())
     if isinstance(value, dict) or (isinstance(value, str) and value.strip().startswith("{")):
-        return ResetTarget("offsets", offsets=_parse_offsets(pipeline, value))
-    return ResetTarget("timestamp", timestamp=parse_time(pipeline, "reset_to", value))
+        return ResetTarget("offsets", offsets=_parse_offsets(name, value))
+    return ResetTarget("timestamp", timestamp=parse_time(name, "reset_to", value))
 
 
-def _parse_offsets(pipeline: str, value: Any) -> dict[TopicPartition, int]:
+def _parse_offsets(name: str, value: Any) -> dict[TopicPartition, int]:
     shape = 'JSON {"topic": {"partition": offset}}, e.g. {"events": {"0": 1200, "1": 1180}}'
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise RunRequestError(f"pipeline {pipeline}: reset_to is malformed JSON ({exc.msg} at character {exc.pos}); "
+            raise RunRequestError(f"pipeline {name}: reset_to is malformed JSON ({exc.msg} at character {exc.pos}); "
                                f"expected {shape}. Nothing was changed.") from None
     if not isinstance(value, dict) or not value:
-        raise RunRequestError(f"pipeline {pipeline}: reset_to must be {shape}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {name}: reset_to must be {shape}. Nothing was changed.")
     out: dict[TopicPartition, int] = {}
     for topic, parts in value.items():
         if not isinstance(parts, dict) or not parts:
-            raise RunRequestError(f"pipeline {pipeline}: reset_to[{topic!r}] must map partitions to offsets ({shape}). "
+            raise RunRequestError(f"pipeline {name}: reset_to[{topic!r}] must map partitions to offsets ({shape}). "
                                f"Nothing was changed.")
         for part, offset in parts.items():
             try:
                 p = int(part)
             except (TypeError, ValueError):
-                raise RunRequestError(f"pipeline {pipeline}: reset_to[{_shown(topic)}] has partition {_shown(part)}, "
+                raise RunRequestError(f"pipeline {name}: reset_to[{_shown(topic)}] has partition {_shown(part)}, "
                                    f"not a number. Nothing was changed.") from None
             if not 0 <= p <= MAX_PARTITION:
-                raise RunRequestError(f"pipeline {pipeline}: reset_to[{_shown(topic)}] has partition {_shown(part)}, "
+                raise RunRequestError(f"pipeline {name}: reset_to[{_shown(topic)}] has partition {_shown(part)}, "
                                       f"not a Kafka partition number (0 to {MAX_PARTITION}). Nothing was changed.")
             if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
-                raise RunRequestError(f"pipeline {pipeline}: reset_to[{_shown(topic)}][{_shown(part)}] = "
+                raise RunRequestError(f"pipeline {name}: reset_to[{_shown(topic)}][{_shown(part)}] = "
                                       f"{_shown(offset)} is not an offset (an integer from 0 to {MAX_OFFSET}). "
                                       f"Nothing was changed.")
             out[TopicPartition(topic, p)] = offset
     return out
 
 
-def check_batch_id(pipeline: str, n: int) -> int:
+def check_batch_id(name: str, n: int) -> int:
     """A batch id the ledger can hold (1 to ``MAX_ID``, its BIGINT), checked before the ledger is
     asked: a larger one would fail there with the driver's ``OverflowError``. Public for the CLI."""
     if n <= 0:
-        raise RunRequestError(f"pipeline {pipeline}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
+        raise RunRequestError(f"pipeline {name}: batch id {n} is not valid (ids start at 1). Nothing was changed.")
     if n > MAX_ID:
-        raise RunRequestError(f"pipeline {pipeline}: batch id {_shown(n)} is out of range: batch ids are 1 to "
-                              f"{MAX_ID} ('offsetbatch batches {pipeline}' lists them). Nothing was changed.")
+        raise RunRequestError(f"pipeline {name}: batch id {_shown(n)} is out of range: batch ids are 1 to "
+                              f"{MAX_ID} ('offsetbatch batches {name}' lists them). Nothing was changed.")
     return n
 
 
-def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
+def _batch_ids(name: str, value: Any) -> tuple[int, ...]:
     if value in (None, "", []):
         return ()
     items = value if isinstance(value, list) else str(value).replace(",", " ").split()
@@ -204,13 +204,13 @@ def _batch_ids(pipeline: str, value: Any) -> tuple[int, ...]:
                 raise TypeError(item)
             n = int(item)
         except (TypeError, ValueError):
-            raise RunRequestError(f"pipeline {pipeline}: batch_ids has {_shown(item)}, not a batch id. "
+            raise RunRequestError(f"pipeline {name}: batch_ids has {_shown(item)}, not a batch id. "
                                   f"Nothing was changed.") from None
-        ids.append(check_batch_id(pipeline, n))
+        ids.append(check_batch_id(name, n))
     return tuple(sorted(set(ids)))
 
 
-def check_keys(pipeline: str, conf: dict | None) -> None:
+def check_keys(name: str, conf: dict | None) -> None:
     """Refuse keys that are not trigger params. Airflow merges a run's conf into its params and keeps
     unknown keys, so a misspelled ``mdoe: reset`` would otherwise run a plain batch: fail instead,
     naming the key (and the param it probably meant) and the known ones."""
@@ -220,7 +220,7 @@ def check_keys(pipeline: str, conf: dict | None) -> None:
         return
     hints = [f"{k!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(k, PARAM_NAMES, 1)) else repr(k)
              for k in unknown]
-    raise RunRequestError(f"pipeline {pipeline}: unknown trigger parameter(s) {', '.join(hints)}; the known ones are "
+    raise RunRequestError(f"pipeline {name}: unknown trigger parameter(s) {', '.join(hints)}; the known ones are "
                           f"{', '.join(PARAM_NAMES)}. Fix the spelling and trigger again. Nothing was changed.")
 
 
@@ -232,7 +232,7 @@ def _given(value: Any, default: Any) -> bool:
     return not (type(value) is type(default) and value == default)
 
 
-def check_mode_params(pipeline: str, mode: str, params: dict, mode_given: bool = True) -> None:
+def check_mode_params(name: str, mode: str, params: dict, mode_given: bool = True) -> None:
     """Refuse params that only another mode reads (``MODE_PARAMS``): a trigger with ``reset_to`` but
     no ``mode`` would run a plain batch (mode ``next``) and go green without moving anything."""
     foreign = {other: [k for k, default in names.items() if _given(params.get(k), default)]
@@ -251,73 +251,73 @@ def check_mode_params(pipeline: str, mode: str, params: dict, mode_given: bool =
     else:
         todo = (f"a run does one thing: set mode: reset or mode: replay and leave the other mode's parameters out "
                 f"(or leave all of {', '.join(keys)} out)")
-    raise RunRequestError(f"pipeline {pipeline}: {' and '.join(parts)}, but {current}: {todo}. Nothing was changed.")
+    raise RunRequestError(f"pipeline {name}: {' and '.join(parts)}, but {current}: {todo}. Nothing was changed.")
 
 
-def check_reason(pipeline: str, value: Any) -> str | None:
+def check_reason(name: str, value: Any) -> str | None:
     """The audit reason, bounded: it is stored whole in the ledger's audit table and logged. Public
     because requests built without ``from_params`` (the CLI's reset) are checked by ``run_reset``."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise RunRequestError(f"pipeline {pipeline}: reason must be text, not {type(value).__name__}. "
+        raise RunRequestError(f"pipeline {name}: reason must be text, not {type(value).__name__}. "
                               f"Nothing was changed.")
     if len(value) > MAX_REASON_CHARS:
-        raise RunRequestError(f"pipeline {pipeline}: reason is {len(value):,} characters long, more than the "
+        raise RunRequestError(f"pipeline {name}: reason is {len(value):,} characters long, more than the "
                               f"{MAX_REASON_CHARS:,} allowed (it is kept in the ledger's audit log); shorten it, "
                               f"e.g. to a sentence and a ticket link. Nothing was changed.")
     return value
 
 
-def _flag(pipeline: str, params: dict, name: str, default: bool) -> bool:
+def _flag(name: str, params: dict, param: str, default: bool) -> bool:
     """A boolean param: a string "false" must not count as true."""
-    value = params.get(name, default)
+    value = params.get(param, default)
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise RunRequestError(f"pipeline {pipeline}: {name} must be true or false, not {value!r}. Nothing was changed.")
+        raise RunRequestError(f"pipeline {name}: {param} must be true or false, not {value!r}. Nothing was changed.")
     return value
 
 
-def from_params(pipeline: str, params: dict | None, run_type: str | None = None,
+def from_params(name: str, params: dict | None, run_type: str | None = None,
                 interval: tuple[datetime | None, datetime | None] = (None, None), actor: str | None = None) -> RunRequest:
     """The request of one DAG run. An Airflow backfill run always backfills its data interval.
 
     ``params`` are the run's params (the DAG's, merged with the run's conf by Airflow): keys that
     are not params are refused (``check_keys``) before anything else is read."""
     params = params or {}
-    check_keys(pipeline, params)
+    check_keys(name, params)
     if run_type == "backfill":
         if interval[0] is None or interval[1] is None:
-            raise RunRequestError(f"pipeline {pipeline}: a backfill run without a data interval cannot be planned")
+            raise RunRequestError(f"pipeline {name}: a backfill run without a data interval cannot be planned")
         return RunRequest("backfill", window=(interval[0], interval[1]), actor=actor, reason="airflow backfill")
     mode = params.get("mode") or "next"
     if mode not in MODES:
-        raise RunRequestError(f"pipeline {pipeline}: mode {_shown(mode)} is not one of {', '.join(MODES)}. "
+        raise RunRequestError(f"pipeline {name}: mode {_shown(mode)} is not one of {', '.join(MODES)}. "
                               f"Nothing was changed.")
-    check_mode_params(pipeline, mode, params, mode_given=bool(params.get("mode")))
-    common = dict(actor=actor, reason=check_reason(pipeline, params.get("reason")))
+    check_mode_params(name, mode, params, mode_given=bool(params.get("mode")))
+    common = dict(actor=actor, reason=check_reason(name, params.get("reason")))
     if mode == "next":
         return RunRequest("next", **common)
     if mode == "replay":
-        start, end, ids = params.get("replay_start"), params.get("replay_end"), _batch_ids(pipeline, params.get("batch_ids"))
+        start, end, ids = params.get("replay_start"), params.get("replay_end"), _batch_ids(name, params.get("batch_ids"))
         if ids and (start or end):
-            raise RunRequestError(f"pipeline {pipeline}: give replay either batch_ids or a window "
+            raise RunRequestError(f"pipeline {name}: give replay either batch_ids or a window "
                                f"(replay_start/replay_end), not both. Nothing was changed.")
         if ids:
             return RunRequest("replay", batch_ids=ids, **common)
         if not (start and end):
-            raise RunRequestError(f"pipeline {pipeline}: mode replay needs batch_ids, or both replay_start and "
+            raise RunRequestError(f"pipeline {name}: mode replay needs batch_ids, or both replay_start and "
                                f"replay_end. Nothing was changed.")
-        s, e = parse_time(pipeline, "replay_start", start), parse_time(pipeline, "replay_end", end)
+        s, e = parse_time(name, "replay_start", start), parse_time(name, "replay_end", end)
         if e <= s:
-            raise RunRequestError(f"pipeline {pipeline}: replay window end {e.isoformat()} is not after its start "
+            raise RunRequestError(f"pipeline {name}: replay window end {e.isoformat()} is not after its start "
                                f"{s.isoformat()}. Nothing was changed.")
         return RunRequest("replay", window=(s, e), **common)
-    return RunRequest("reset", reset_to=parse_reset_target(pipeline, params.get("reset_to")),
-                      dry_run=_flag(pipeline, params, "dry_run", True),
-                      allow_rewind=_flag(pipeline, params, "allow_rewind", False),
-                      allow_data_loss=_flag(pipeline, params, "allow_data_loss", False), **common)
+    return RunRequest("reset", reset_to=parse_reset_target(name, params.get("reset_to")),
+                      dry_run=_flag(name, params, "dry_run", True),
+                      allow_rewind=_flag(name, params, "allow_rewind", False),
+                      allow_data_loss=_flag(name, params, "allow_data_loss", False), **common)
 
 
 def dag_params() -> dict:

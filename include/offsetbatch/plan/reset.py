@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass, field
 
 import sqlalchemy as sa
 
-from offsetbatch.config import PipelineConfig
 from offsetbatch.errors import RunRequestError
 from offsetbatch.ledger import Ledger
 from offsetbatch.pipeline import Pipeline
@@ -93,9 +92,8 @@ class ResetPlan:
         return f"pipeline {self.pipeline}: reset to {self.target}: " + (", ".join(moved) or "nothing moves") + extra
 
 
-def _requested(cfg: PipelineConfig, kafka: KafkaAdmin, target: ResetTarget,
-               present: set[TopicPartition], logs) -> dict[TopicPartition, int]:
-    name = cfg.name
+def _requested(name: str, kafka: KafkaAdmin, target: ResetTarget,
+                present: set[TopicPartition], logs) -> dict[TopicPartition, int]:
     if target.kind == "earliest":
         return {tp: logs[tp].earliest for tp in present}
     if target.kind == "latest":
@@ -128,7 +126,7 @@ def plan_reset(pipeline: Pipeline, ledger: Ledger, conn: sa.Connection, kafka: K
         raise RunRequestError(f"pipeline {name}: none of its topics exist on {kafka.bootstrap}. Nothing was changed.")
     bounds = ledger.frontier_full(conn, name)
     logs = kafka.offsets(present)
-    wanted = _requested(cfg, kafka, target, present, logs)
+    wanted = _requested(name, kafka, target, present, logs)
 
     # Rewinding: every committed range ending after the new position is superseded, and the position
     # snaps back to the start of each superseded batch on each of its partitions (to a fixpoint).

@@ -38,10 +38,10 @@ def settings_for(value: Any) -> SinkSettings:
     return SINKS[kind].Settings.model_validate(value)
 
 
-def sink_for(pipeline: str, settings: SinkSettings | dict) -> Sink:
+def sink_for(pipeline_name: str, settings: SinkSettings | dict) -> Sink:
     """The sink of a pipeline (``cfg.sink``) or of a job spec (``spec.sink``, a plain mapping)."""
     settings = settings_for(settings)
-    return SINKS[settings.type](pipeline, settings)
+    return SINKS[settings.type](pipeline_name, settings)
 
 
 __all__ = ["SINKS", "KeepsManifests", "PublishesAfterLedgerCommit", "PublishesInLedgerTransaction", "Sink", "SinkSettings",

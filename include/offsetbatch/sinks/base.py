@@ -149,8 +149,8 @@ class Sink(ABC):
     type: ClassVar[str]
     Settings: ClassVar[type[SinkSettings]] = SinkSettings
 
-    def __init__(self, pipeline: str, settings: SinkSettings):
-        self.pipeline = pipeline
+    def __init__(self, pipeline_name: str, settings: SinkSettings):
+        self.pipeline_name = pipeline_name
         self.settings = settings
         self.staging = StagingLayout(settings.path)
         if settings.storage_conn_id:
@@ -166,7 +166,7 @@ class Sink(ABC):
     def where(self, batch_id: int | None = None, target: str | None = None) -> str:
         """The prefix of every message about this sink: pipeline, batch, target (``target`` names
         another object of the sink's, such as its rejected-records table)."""
-        return (f"pipeline {self.pipeline}" + (f" batch {batch_id}" if batch_id is not None else "")
+        return (f"pipeline {self.pipeline_name}" + (f" batch {batch_id}" if batch_id is not None else "")
                 + f", {target or self.target}")
 
     @abstractmethod
@@ -235,7 +235,7 @@ class Sink(ABC):
 
         data_dir = self.staging.staging_data(batch_id, attempt)
         rejected_dir = self.staging.staging_rejected(batch_id, attempt)
-        written = Observation(f"offsetbatch-{self.pipeline}-{batch_id}-written")
+        written = Observation(f"offsetbatch-{self.pipeline_name}-{batch_id}-written")
         data.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite") \
             .partitionBy(*partition_by).parquet(data_dir)
         rows = rejected.frame()
@@ -294,7 +294,7 @@ class Sink(ABC):
 
     def claim(self, ledger_id: str) -> None:
         """Record that ``ledger_id`` owns this output (first publish, or a ledger rebuild)."""
-        storage.write_json(self.staging.owner, {"ledger_id": ledger_id, "pipeline": self.pipeline,
+        storage.write_json(self.staging.owner, {"ledger_id": ledger_id, "pipeline": self.pipeline_name,
                                                 "claimed_at": datetime.now(timezone.utc).isoformat()})
 
     def describe(self, output_id: int) -> str:

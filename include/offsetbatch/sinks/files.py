@@ -57,8 +57,8 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     type = "files"
     Settings = SinkSettings
 
-    def __init__(self, pipeline: str, settings: SinkSettings):
-        super().__init__(pipeline, settings)
+    def __init__(self, pipeline_name: str, settings: SinkSettings):
+        super().__init__(pipeline_name, settings)
         self.layout = self.staging = TableLayout(settings.path)
         self.rejected = RejectedFolders(settings.path)
 
@@ -71,9 +71,9 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         return self.settings.path if "://" in self.settings.path else f"file://{self.settings.path}"
 
     @classmethod
-    def at(cls, table: str, pipeline: str = "", storage_conn_id: str | None = None) -> "FilesSink":
+    def at(cls, table: str, pipeline_name: str = "", storage_conn_id: str | None = None) -> "FilesSink":
         """The sink of an existing table folder (readers and tools that have no pipeline config)."""
-        return cls(pipeline, SinkSettings(path=table, storage_conn_id=storage_conn_id))
+        return cls(pipeline_name, SinkSettings(path=table, storage_conn_id=storage_conn_id))
 
     @property
     def in_place(self) -> bool:

@@ -10,7 +10,7 @@ talks to Kafka gets its settings from ``KafkaClientConfig``:
 * ``librdkafka()``: confluent-kafka's configuration (the Kafka sink's transactional publish);
 * ``spark_options()`` / ``spark_secrets()``: the ``kafka.``-prefixed options of Spark's Kafka source
   (the job), split so that secrets never enter a job spec: the spark_job task hands them to the
-  job in a file only its user can read (``write_secrets_file``), removed after the run.
+  job in a file only its user can read (``offsetbatch.job_secrets``), removed after the run.
 
 A key this module does not know is an error naming it, never silently dropped; the few consumer
 keys that have no meaning for offsetbatch (``IGNORED``) are accepted and logged once with the
@@ -20,12 +20,7 @@ none (secrets backends often store them there).
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
-import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,39 +238,3 @@ def from_connection(conn_id: str, field: str = "kafka.conn_id") -> KafkaClientCo
 
     conn = get_connection(conn_id, field)
     return from_settings(conn_id, conn.extra_dejson, conn.host, conn.port, conn.login, conn.password)
-
-
-# ---- secrets for the Spark job -------------------------------------------------------------------
-
-SECRETS_ARG = "--kafka-secrets"
-
-
-def write_secrets_file(secrets: dict[str, str]) -> Path:
-    """A JSON file only this user can read (in a fresh 0700 folder), for the job's Kafka secrets.
-    The caller removes it with ``remove_secrets_file`` when the job ends."""
-    folder = Path(tempfile.mkdtemp(prefix="offsetbatch-kafka-"))
-    path = folder / "kafka-secrets.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(secrets, out)
-    return path
-
-
-def remove_secrets_file(path: Path | None) -> None:
-    if path is not None:
-        shutil.rmtree(path.parent, ignore_errors=True)
-
-
-def read_secrets_file(path: str) -> dict[str, str]:
-    """The job's side: refuse anything but a regular file of this user that nobody else may read."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise KafkaConnectionError(f"Kafka secrets file {path} does not exist: the spark_job task writes it on the "
-                                   f"host that runs the driver (client deploy mode) and removes it after the run. "
-                                   f"Re-run the task; a cluster deploy mode cannot receive it.") from None
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise KafkaConnectionError(f"Kafka secrets file {path} must be a regular file of this user with mode 0600 "
-                                   f"(it is mode {oct(st.st_mode & 0o777)}, owner uid {st.st_uid}); refusing it")
-    with open(path) as f:
-        return json.load(f)

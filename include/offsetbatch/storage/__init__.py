@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import fsspec
 
 from offsetbatch.errors import StorageConnectionError
-from offsetbatch.storage.locations import OBJECT_STORE_SCHEMES, bucket_of, is_s3, renames_are_cheap, scheme
+from offsetbatch.storage.locations import bucket_of, is_s3, renames_are_cheap, scheme
 
 _s3_buckets: dict[str, Any] = {}  # bucket -> fsspec filesystem (register_s3)
 _s3_connections: dict[str, str] = {}  # bucket -> Airflow connection id, read on first use (bind_s3)

@@ -31,6 +31,7 @@ from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import batches, events, frontier, gaps, ranges
 from offsetbatch.ops import report
 from offsetbatch.ops.status import pipeline_status
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.paths import local_dir
 from offsetbatch.sinks.iceberg.catalog import catalog_url
 from offsetbatch.source.admin import KafkaAdmin
@@ -118,7 +119,7 @@ def main() -> int:
     logs.mkdir(parents=True, exist_ok=True)
     registry: AbstractContextManager[str | None] = demo_avro.registry(logs) if _avro() else nullcontext()
     # the demo starts the sample pipeline afresh; the registry (Avro) is stopped on any way out
-    with Ledger.for_config(cfg, create=True) as ledger, registry as registry_url:
+    with Pipeline(cfg).ledger(create=True) as ledger, registry as registry_url:
         _reset(cfg, ledger, broker.bootstrap)
 
         first_hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=HOURS + 1)
@@ -153,7 +154,7 @@ def main() -> int:
 
         console.print("[bold]4.[/] Ledger")
         with KafkaAdmin(broker.bootstrap) as kafka:
-            st = pipeline_status(cfg, ledger, kafka, batches=HOURS)
+            st = pipeline_status(Pipeline(cfg), ledger, kafka, batches=HOURS)
         console.print(report.batches_table(f"{cfg.name}: batches", st.batches))
         console.print(report.ranges_table(f"{cfg.name}: ranges [from, until)", list(reversed(st.batches))))
         console.print(report.status_table(st))

@@ -47,7 +47,7 @@ class AfterSink(PublishesAfterLedgerCommit, _Recording):
         reader = sqlite3.connect(f"file:{self.ledger_file}?mode=ro", uri=True, timeout=1)  # any other reader, now
         try:
             [(status,)] = reader.execute("SELECT status FROM ob_batches WHERE pipeline = ? AND batch_id = ?",
-                                         (self.pipeline, batch_id)).fetchall()
+                                         (self.pipeline_name, batch_id)).fetchall()
         finally:
             reader.close()
         CALLS.append(("publish", batch_id, output_id, attempt, status))

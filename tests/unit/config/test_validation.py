@@ -13,6 +13,7 @@ from offsetbatch.config import ConfigError, load_config, validation
 from offsetbatch.config.installed import load_all
 from offsetbatch.formats import ERROR, META
 from offsetbatch.ops.doctor import _run, _transform
+from offsetbatch.pipeline import Pipeline
 
 BASE = {
     "name": "orders",
@@ -184,7 +185,7 @@ def test_bad_cron(cron, message):
 
 def test_doctor_reports_the_checks(tmp_path):
     path, load = _load(tmp_path, transform={"sql": "SELECT event_id, kind FROM records"})
-    check = _run("orders: schema, transform, schedule", lambda: _transform(load()), "fix")
+    check = _run("orders: schema, transform, schedule", lambda: _transform(Pipeline(load())), "fix")
     assert check.ok, check
     assert "value.schema: 4 field(s)" in check.detail and "transform.sql: a Spark SQL query over 'records'" in check.detail
 
@@ -201,5 +202,5 @@ def test_doctor_fails_when_the_python_transform_no_longer_imports(tmp_path, monk
     cfg = load()
     module.unlink()
     monkeypatch.delitem(__import__("sys").modules, "ob_doctor_transform_mod")
-    check = _run("orders: schema, transform, schedule", lambda: _transform(cfg), "fix it")
+    check = _run("orders: schema, transform, schedule", lambda: _transform(Pipeline(cfg)), "fix it")
     assert not check.ok and "cannot import module 'ob_doctor_transform_mod'" in check.detail, check

@@ -9,7 +9,6 @@ import yaml
 
 from offsetbatch.config import load_config
 from offsetbatch.dag.tasks import NothingToRun, spark_redundant, spark_submission
-from offsetbatch.ledger import Ledger
 from offsetbatch.model import OffsetRange, TopicPartition
 from offsetbatch.pipeline import Pipeline
 
@@ -28,7 +27,7 @@ def cfg(tmp_path):
 def _plan(cfg, *ranges):
     """Batches as the plan task leaves them: planned in the ledger, listed in its XCom."""
     out = []
-    with Ledger.for_config(cfg, create=True) as ledger:
+    with Pipeline(cfg).ledger(create=True) as ledger:
         with ledger.lock("p") as conn:
             if not ledger.frontier(conn, "p"):
                 ledger.start_partitions(conn, "p", {TP: 0}, "earliest")
@@ -41,7 +40,7 @@ def _plan(cfg, *ranges):
 
 
 def _commit(cfg, batch_id: int, attempt: str) -> None:
-    with Ledger.for_config(cfg) as ledger, ledger.lock("p") as conn:
+    with Pipeline(cfg).ledger() as ledger, ledger.lock("p") as conn:
         ledger.commit_batch(conn, ledger.get_batch("p", batch_id, conn), {"committed_attempt": attempt}, {})
 
 
@@ -52,7 +51,7 @@ def test_submits_every_planned_batch_under_one_attempt_and_counts_it(cfg):
     assert sub.attempt.startswith("2-")
     assert sub.application_args == ["--spec", "/specs/1.json", "--spec", "/specs/2.json", "--attempt", sub.attempt]
     assert sub.name == "offsetbatch-p-batch-1-2"
-    with Ledger.for_config(cfg) as ledger:
+    with Pipeline(cfg).ledger() as ledger:
         assert [ledger.get_batch("p", i).stats["attempts"] for i in (1, 2)] == [1, 1]
 
 
@@ -87,7 +86,7 @@ def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
 
     _plan(cfg, (0, 10))
     _commit(cfg, 1, "a")
-    with Ledger.for_config(cfg) as ledger:
+    with Pipeline(cfg).ledger() as ledger:
         replay = RunRequest("replay", batch_ids=(1,))
         first = plan_for_run(Pipeline(cfg), ledger, None, RunInfo("d", "manual__1", request=replay, run_type="manual"))
         second = plan_for_run(Pipeline(cfg), ledger, None, RunInfo("d", "backfill__1", request=replay, run_type="backfill"))

@@ -20,8 +20,8 @@ from offsetbatch.ops.status import pipeline_status
 class NoKafka(Sources):
     """The monitor's sources with Kafka unreachable: the ledger side only."""
 
-    def status(self, cfg, ledger):
-        st = pipeline_status(cfg, ledger, None, batches=0)
+    def status(self, pipeline, ledger):
+        st = pipeline_status(pipeline, ledger, None, batches=0)
         st.kafka_error = "no Kafka in unit tests"
         return st.to_dict()
 

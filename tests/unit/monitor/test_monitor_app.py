@@ -88,7 +88,7 @@ def test_routes_answer_from_the_pages(client):
 def test_a_dag_the_user_may_not_read_is_a_403(client, monkeypatch):
     from offsetbatch.monitor import app as app_module
 
-    monkeypatch.setattr(app_module, "_may_read", lambda user, cfg, runs=False: False)
+    monkeypatch.setattr(app_module, "_may_read", lambda user, pipeline, runs=False: False)
     r = client.get("/api/pipelines/orders")
     assert r.status_code == 403 and r.json() == {"detail": "you may not read DAG offsetbatch_orders (pipeline orders)"}
     r = client.get("/api/runs/offsetbatch_orders/run_1")

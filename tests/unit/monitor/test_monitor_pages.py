@@ -27,19 +27,19 @@ def test_pipelines_lists_each_readable_pipeline_and_says_which_ledger_cannot_be_
 
 
 def test_pipelines_leaves_out_what_the_user_may_not_read(sources):
-    shown = Pages(sources, lambda cfg, runs: cfg.name != "orders").pipelines()
+    shown = Pages(sources, lambda pipeline, runs: pipeline.name != "orders").pipelines()
     assert shown["pipelines"] == [] and [e.split(":")[0] for e in shown["errors"]] == ["pipeline lost"]
-    assert Pages(sources, lambda cfg, runs: False).pipelines() == {"pipelines": [], "errors": []}
+    assert Pages(sources, lambda pipeline, runs: False).pipelines() == {"pipelines": [], "errors": []}
 
 
 def test_pipeline_page_pages_history_newest_first(site):
-    cfg = site.pipeline("orders")
-    first = site.detail(cfg, limit=2)
+    pipeline = site.pipeline("orders")
+    first = site.detail(pipeline, limit=2)
     assert [b["batch_id"] for b in first["page"]["batches"]] == [3, 2]
     assert (first["page"]["total"], first["page"]["before"], first["page"]["next_before"]) == (3, None, 2)
-    older = site.detail(cfg, before=first["page"]["next_before"], limit=2)["page"]
+    older = site.detail(pipeline, before=first["page"]["next_before"], limit=2)["page"]
     assert [b["batch_id"] for b in older["batches"]] == [1] and older["next_before"] is None
-    api = site.batches(cfg, before=2, limit=2)  # the batches API: the same page, gaps marked, not located
+    api = site.batches(pipeline, before=2, limit=2)  # the batches API: the same page, gaps marked, not located
     assert {k: v for k, v in api.items() if k != "batches"} == {k: v for k, v in older.items() if k != "batches"}
     assert [(b["batch_id"], b["after_gaps"]) for b in api["batches"]] == [(1, [])] and "output" not in api["batches"][0]
 
@@ -66,9 +66,9 @@ def test_batches_are_located_at_the_sink_path_they_were_planned_with(site, confi
 
 
 def test_the_sources_build_a_pipelines_sink_once(sources):
-    cfg = sources.pipelines()["orders"]
-    assert sources.pipeline(cfg) is sources.pipeline(cfg)
-    assert sources.pipeline(cfg).sink.settings.path == cfg.sink.path
+    pipeline = sources.pipelines()["orders"]
+    assert sources.pipelines()["orders"] is pipeline and pipeline.sink is sources.pipelines()["orders"].sink
+    assert pipeline.sink.settings.path == pipeline.cfg.sink.path
 
 
 def test_latest_is_the_pipeline_api_answer(site):
@@ -90,8 +90,8 @@ def test_run_shows_the_batches_that_run_planned(site, config_folder):
     [b] = run["batches"]
     assert b["batch_id"] == 2 and b["output"] == f"{config_folder.parent}/orders/batch_id=2" and b["rejected_output"]
     assert [(r["from_offset"], r["until_offset"]) for r in b["ranges"]] == [(10, 20)]
-    cfg, batches = site.run_batches("offsetbatch_orders", "no_such_run")
-    assert cfg.name == "orders" and batches == []
+    pipeline, batches = site.run_batches("offsetbatch_orders", "no_such_run")
+    assert pipeline.name == "orders" and batches == []
 
 
 def test_unknown_pipeline_or_dag_is_not_found_without_server_paths(site, config_folder):
@@ -108,16 +108,16 @@ def test_unknown_pipeline_or_dag_is_not_found_without_server_paths(site, config_
 
 
 def test_a_pipeline_the_user_may_not_read_is_forbidden(sources):
-    site = Pages(sources, lambda cfg, runs: not runs)
+    site = Pages(sources, lambda pipeline, runs: not runs)
     assert site.pipeline("orders").name == "orders"
     with pytest.raises(Forbidden, match=r"^you may not read runs of DAG offsetbatch_orders$"):
         site.run_batches("offsetbatch_orders", "run_1")
     with pytest.raises(Forbidden, match=r"^you may not read DAG offsetbatch_orders \(pipeline orders\)$"):
-        Pages(sources, lambda cfg, runs: False).pipeline("orders")
+        Pages(sources, lambda pipeline, runs: False).pipeline("orders")
 
 
-@pytest.mark.parametrize("read", [lambda s, cfg: s.detail(cfg), lambda s, cfg: s.latest(cfg),
-                                  lambda s, cfg: s.batches(cfg), lambda s, cfg: s.lag(cfg)])
+@pytest.mark.parametrize("read", [lambda s, pipeline: s.detail(pipeline), lambda s, pipeline: s.latest(pipeline),
+                                  lambda s, pipeline: s.batches(pipeline), lambda s, pipeline: s.lag(pipeline)])
 def test_a_missing_ledger_is_unavailable_naming_the_pipeline(site, read):
     with pytest.raises(Unavailable, match=r"^pipeline lost: cannot read its ledger: "):
         read(site, site.pipeline("lost"))

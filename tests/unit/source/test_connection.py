@@ -3,21 +3,14 @@ secret where it does not belong."""
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
 
 from offsetbatch.errors import ConfigError
-from offsetbatch.jobspec import SPEC_VERSION, JobSpec
 from offsetbatch.source.connection import (
     KafkaConnectionError,
     from_settings,
-    read_secrets_file,
-    remove_secrets_file,
-    write_secrets_file,
 )
 from offsetbatch.source.diagnosis import KafkaAuthError, KafkaUnreachableError, explain
 
@@ -116,47 +109,6 @@ def test_a_pkcs1_client_key_is_refused_with_the_conversion_command(ca, tmp_path)
                             "ssl.certificate.location": str(cert), "ssl.key.location": str(key)})
 
 
-def test_secrets_file_is_private_and_removed(tmp_path):
-    path = write_secrets_file({"kafka.sasl.jaas.config": "x"})
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
-    assert read_secrets_file(str(path)) == {"kafka.sasl.jaas.config": "x"}
-    os.chmod(path, 0o644)
-    with pytest.raises(KafkaConnectionError, match=r"with mode 0600 \(it is mode 0o644"):
-        read_secrets_file(str(path))
-    remove_secrets_file(path)
-    assert not path.parent.exists()
-    with pytest.raises(KafkaConnectionError, match="does not exist"):
-        read_secrets_file(str(path))
-    link = tmp_path / "link.json"
-    target = tmp_path / "target.json"
-    target.write_text("{}")
-    os.chmod(target, 0o600)
-    link.symlink_to(target)
-    with pytest.raises(KafkaConnectionError, match="must be a regular file of this user"):
-        read_secrets_file(str(link))
-
-
-def test_a_version_2_job_spec_is_read_as_plaintext(tmp_path):
-    uri = tmp_path / "spec.json"
-    uri.write_text(json.dumps({"pipeline": "p", "batch_id": 1, "output_id": 1, "bootstrap": "b:1", "ranges": [],
-                               "sink": {"path": "/t"}, "version": 2}))
-    spec = JobSpec.load(str(uri))
-    assert spec.kafka_options == {} and spec.value_schemas is None and spec.version == SPEC_VERSION
-
-
-def test_a_version_4_job_spec_with_its_schema_header_is_read_as_the_values(tmp_path):
-    """Version 4 named the Confluent header of what the format parses; version 5 says the role."""
-    uri = tmp_path / "spec.json"
-    uri.write_text(json.dumps({"pipeline": "p", "batch_id": 1, "output_id": 1, "bootstrap": "b:1", "ranges": [],
-                               "sink": {"path": "/t"}, "value_format": "confluent-json", "schema_ddl": "id STRING",
-                               "schema_header": "__value_schema_id", "key": {
-                                   "format": "json", "schema_ddl": "k STRING", "required": [], "value_schemas": None,
-                                   "schema_id": "auto"}, "version": 4}))
-    spec = JobSpec.load(str(uri))
-    assert spec.role == "value" and spec.value_options == {} and spec.key_view().role == "key"
-    assert spec.key_view().value_options == {}
-
-
 def test_failures_are_explained_without_secrets(ca):
     from kafka import errors as kerr
 
@@ -179,6 +131,7 @@ def test_failures_are_explained_without_secrets(ca):
 
 def _job_options(spec_options: dict, secrets: dict) -> dict:
     from offsetbatch.job.read import kafka_client_options
+    from offsetbatch.jobspec import JobSpec
 
     js = JobSpec(pipeline="p", batch_id=3, output_id=3, bootstrap="b:1", ranges=[], sink={"path": "/t"},
                  kafka_options=spec_options)

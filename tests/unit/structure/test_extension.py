@@ -90,10 +90,10 @@ class ArchiveStandIn(PublishesAfterLedgerCommit, Sink):
     target = "archive"
 
     def asset_uri(self) -> str:
-        return f"archive://{self.settings.bucket}/{self.pipeline}"
+        return f"archive://{self.settings.bucket}/{self.pipeline_name}"
 
     def lineage_dataset(self) -> tuple[str, str]:
-        return f"archive://{self.settings.bucket}", self.pipeline
+        return f"archive://{self.settings.bucket}", self.pipeline_name
 
     def doctor_checks(self):
         return [("archive bucket", lambda: f"bucket {self.settings.bucket} answers", "create the bucket")]
@@ -171,7 +171,7 @@ def test_doctor_runs_the_sinks_own_checks(registered, tmp_path, monkeypatch):
     pipeline = _pipeline(tmp_path)
     for reaching in ("_kafka", "_ledger", "_airflow_conn", "_java", "_pyspark", "_connector", "_spark_jars"):
         monkeypatch.setattr(doctor, reaching, lambda *a: "stubbed: this test is about which checks run")
-    checks = {c.name: c for c in doctor.run_checks({"orders": pipeline.cfg})}
+    checks = {c.name: c for c in doctor.run_checks({"orders": pipeline})}
     assert checks["orders: archive bucket"].ok and checks["orders: archive bucket"].detail == "bucket b1 answers"
 
 
@@ -180,6 +180,6 @@ def test_lineage_names_the_sinks_own_dataset(registered, tmp_path):
 
     pipeline = _pipeline(tmp_path)
     plan = {"batches": [{"batch_id": 1, "kind": "incremental", "ranges": ["orders/0[0,5)"]}]}
-    lineage = task_lineage(pipeline.cfg, plan)
+    lineage = task_lineage(pipeline, plan)
     assert [(d.namespace, d.name) for d in lineage.outputs] == [("archive://b1", "orders"),
                                                                  ("file", f"{tmp_path}/stage/_rejected")]

@@ -7,7 +7,6 @@ docs/architecture.md draws the same picture."""
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from pathlib import Path
 
 import offsetbatch
@@ -24,10 +23,10 @@ FLOORS: list[tuple[str, ...]] = [
     ("pipeline",),
     ("config", "job"),
     ("sinks", "formats"),
-    ("source", "jobspec"),
+    ("source", "jobspec", "job_secrets"),
     ("ledger", "storage"),
     ("connections",),
-    ("validation", "model", "errors", "paths", "faults"),
+    ("validation", "redact", "model", "errors", "paths", "faults"),
 ]
 FLOOR = {room: depth for depth, rooms in enumerate(FLOORS) for room in rooms}
 

@@ -30,7 +30,7 @@ class BatchLineage:
         from offsetbatch.dag.lineage import task_lineage
         from offsetbatch.pipeline import Pipeline
 
-        return task_lineage(Pipeline.load(self.config_path).cfg, self.lineage_plan,
+        return task_lineage(Pipeline.load(self.config_path), self.lineage_plan,
                             self.lineage_result if completed else None, outputs=self.lineage_outputs)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any):

@@ -83,7 +83,7 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
 
     def execute(self, context: Any) -> str:
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare
-        from offsetbatch.source.connection import SECRETS_ARG, remove_secrets_file, write_secrets_file
+        from offsetbatch import job_secrets
 
         self.remember_plan(context)
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
@@ -97,10 +97,10 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
         secrets_file = None
         try:
             with failure_explained(pipeline, submission, self.log):
-                secrets_file = write_secrets_file(secrets) if secrets else None
+                secrets_file = job_secrets.write(secrets) if secrets else None
                 self.application_args = submission.application_args + (
-                    [SECRETS_ARG, str(secrets_file)] if secrets_file else [])
+                    [job_secrets.ARG, str(secrets_file)] if secrets_file else [])
                 super().execute(context)
         finally:
-            remove_secrets_file(secrets_file)  # the job read it at start; nothing keeps it after the run
+            job_secrets.remove(secrets_file)  # the job read it at start; nothing keeps it after the run
         return submission.attempt

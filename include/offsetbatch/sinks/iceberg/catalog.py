@@ -28,13 +28,13 @@ if TYPE_CHECKING:
 METADATA_WRITTEN = "commit.iceberg_metadata_written"
 
 
-def catalog_url(settings: "IcebergSettings", pipeline: str) -> str:
+def catalog_url(settings: "IcebergSettings", name: str) -> str:
     """The catalog's SQLAlchemy URL (the secret part stays here: never logged, never in a job spec)."""
     import sqlalchemy as sa
 
     target = settings.catalog
     if not target:
-        raise SinkError(f"pipeline {pipeline}: the iceberg sink has no catalog (the pipeline config fills it from "
+        raise SinkError(f"pipeline {name}: the iceberg sink has no catalog (the pipeline config fills it from "
                         f"ledger:); build the sink from the pipeline's config, not from a job spec")
     if "://" in target:
         url = target
@@ -100,14 +100,14 @@ def _file_io_properties(settings: "IcebergSettings") -> dict[str, str]:
 
 
 @contextmanager
-def open_catalog(settings: "IcebergSettings", pipeline: str) -> Iterator["SqlCatalog"]:
+def open_catalog(settings: "IcebergSettings", name: str) -> Iterator["SqlCatalog"]:
     """The SQL catalog, its tables created on first use; its engine disposed of afterwards."""
-    url = catalog_url(settings, pipeline)
+    url = catalog_url(settings, name)
     try:
         catalog = _catalog_class()(settings.catalog_name, uri=url, warehouse=warehouse_uri(settings.warehouse),
                                    **_file_io_properties(settings))
     except Exception as exc:  # noqa: BLE001 - any driver error: name the catalog and the pipeline
-        raise SinkError(f"pipeline {pipeline}: cannot open the Iceberg SQL catalog {settings.catalog_name!r} at "
+        raise SinkError(f"pipeline {name}: cannot open the Iceberg SQL catalog {settings.catalog_name!r} at "
                         f"{shown(url)}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}. Check "
                         f"sink.catalog (a SQLAlchemy URL or an Airflow connection id). Nothing was published; the "
                         f"commit task's retry publishes the batch.") from exc

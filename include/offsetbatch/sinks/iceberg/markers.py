@@ -30,15 +30,15 @@ if TYPE_CHECKING:
 PREFIX = "offsetbatch."
 
 
-def retirement(pipeline: str, retired: list[int]) -> dict[str, str]:
+def retirement(name: str, retired: list[int]) -> dict[str, str]:
     """The summary of a snapshot that only removes superseded output."""
-    return {f"{PREFIX}pipeline": pipeline, f"{PREFIX}retired": ",".join(str(i) for i in retired)}
+    return {f"{PREFIX}pipeline": name, f"{PREFIX}retired": ",".join(str(i) for i in retired)}
 
 
-def summary(pipeline: str, batch_id: int, output_id: int, kind: str, manifest: Manifest,
+def summary(name: str, batch_id: int, output_id: int, kind: str, manifest: Manifest,
             retired: list[int]) -> dict[str, str]:
     return {
-        f"{PREFIX}pipeline": pipeline, f"{PREFIX}batch-id": str(batch_id), f"{PREFIX}output-id": str(output_id),
+        f"{PREFIX}pipeline": name, f"{PREFIX}batch-id": str(batch_id), f"{PREFIX}output-id": str(output_id),
         f"{PREFIX}kind": kind, f"{PREFIX}attempt": manifest.attempt or "",
         f"{PREFIX}retired": ",".join(str(i) for i in retired),
         f"{PREFIX}ranges": json.dumps([asdict(r) for r in manifest.ranges], separators=(",", ":")),

@@ -41,8 +41,8 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     type = "iceberg"
     Settings = IcebergSettings
 
-    def __init__(self, pipeline: str, settings: IcebergSettings):
-        super().__init__(pipeline, settings)
+    def __init__(self, pipeline_name: str, settings: IcebergSettings):
+        super().__init__(pipeline_name, settings)
         self.settings: IcebergSettings = settings
         if settings.storage_conn_id:
             storage.bind_s3(settings.warehouse, settings.storage_conn_id)
@@ -89,7 +89,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         """Before the ledger transaction: a batch whose columns the table cannot take fails here,
         while it is still planned (after the transaction it could never be published)."""
         manifest = Manifest.load(self.staging.staging_manifest(batch_id, attempt))
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             for ident, files in ((self.settings.identifier, manifest.data_files),
                                  (self.settings.rejected_identifier, manifest.rejected_files)):
                 table = _load(catalog, ident)
@@ -110,7 +110,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             return
         manifest = Manifest.load(manifest_uri)
         retired = sorted(set(superseded) - {output_id})
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             for ident, part, files in ((self.settings.identifier, "data", manifest.data_files),
                                        (self.settings.rejected_identifier, "rejected", manifest.rejected_files)):
                 self._publish_table(catalog, ident, part, files, batch_id, output_id, attempt, kind, manifest, retired)
@@ -185,7 +185,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             tx = table.transaction()
             changed = schema.evolve(tx, staged) if staged is not None else []
         added = [f for f in _data_files(tx, paths) if f.record_count > 0]
-        props = markers.summary(self.pipeline, batch_id, output_id, kind, manifest, retired)
+        props = markers.summary(self.pipeline_name, batch_id, output_id, kind, manifest, retired)
         update = tx.update_snapshot(snapshot_properties=props)
         with (update.overwrite() if deletes else update.fast_append()) as snapshot:
             for f in deletes:
@@ -201,14 +201,14 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     def retire(self, output_id: int) -> None:
         """Remove a superseded batch's rows (normally already removed by the snapshot that re-read
         them; this finds nothing then)."""
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             for ident in (self.settings.identifier, self.settings.rejected_identifier):
                 table = _load(catalog, ident)
                 deletes = _live_files(table, [output_id]) if table is not None else []
                 if not deletes:
                     continue
                 tx = table.transaction()
-                with tx.update_snapshot(snapshot_properties=markers.retirement(self.pipeline, [output_id])) \
+                with tx.update_snapshot(snapshot_properties=markers.retirement(self.pipeline_name, [output_id])) \
                         .overwrite() as snapshot:
                     for f in deletes:
                         snapshot.delete_data_file(f)
@@ -222,14 +222,14 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         return {i: m.manifest() for i, m in sorted(self._live().items())}
 
     def _live(self) -> dict[int, markers.Published]:
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             table = _load(catalog, self.settings.identifier)
             return markers.live(table) if table is not None else {}
 
     def owner(self) -> dict | None:
         """The table's ``offsetbatch.owner`` property; before the table exists, the claim recorded
         next to the staging area (the first publish copies it into the new table)."""
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             table = _load(catalog, self.settings.identifier)
             if table is not None and OWNER_PROPERTY in table.properties:
                 return json.loads(table.properties[OWNER_PROPERTY])
@@ -237,9 +237,9 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
 
     def claim(self, ledger_id: str) -> None:
         super().claim(ledger_id)
-        owner = {"ledger_id": ledger_id, "pipeline": self.pipeline,
+        owner = {"ledger_id": ledger_id, "pipeline": self.pipeline_name,
                  "claimed_at": datetime.now(timezone.utc).isoformat()}
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             table = _load(catalog, self.settings.identifier)
             if table is not None:
                 table.transaction().set_properties(**{OWNER_PROPERTY: json.dumps(owner)}).commit_transaction()
@@ -255,7 +255,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         table_name = f"{self.settings.catalog_name}.{self.table_name}"
         out = {i: {"table": table_name, "output": table_name} for i in output_ids}
         try:
-            with open_catalog(self.settings, self.pipeline) as catalog:
+            with open_catalog(self.settings, self.pipeline_name) as catalog:
                 for key, ident in (("snapshot", self.settings.identifier),
                                    ("rejected_snapshot", self.settings.rejected_identifier)):
                     table = _load(catalog, ident)
@@ -286,7 +286,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         from pyiceberg.io.pyarrow import schema_to_pyarrow
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        with open_catalog(self.settings, self.pipeline) as catalog:
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
             table = _load(catalog, ident)
             if table is None:
                 raise SinkError(f"{self.where()}: {'.'.join(ident)} does not exist yet (no batch published)")

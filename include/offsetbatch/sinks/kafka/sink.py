@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from functools import cached_property
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from offsetbatch import faults, storage
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from offsetbatch.sinks.kafka.producer import TransactionalProducer
+    from offsetbatch.source.admin import KafkaAdmin
+    from offsetbatch.source.connection import KafkaClientConfig
 
 log = logging.getLogger(__package__)
 
@@ -47,22 +50,29 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
     type = "kafka"
     Settings = KafkaSinkSettings
 
-    def __init__(self, pipeline: str, settings: KafkaSinkSettings):
-        super().__init__(pipeline, settings)
+    def __init__(self, pipeline_name: str, settings: KafkaSinkSettings):
+        super().__init__(pipeline_name, settings)
         self.settings: KafkaSinkSettings = settings
         self.rejected = RejectedFolders(settings.path)  # without a dead-letter topic
         self.timings: dict[str, float] = {}  # the last publish's seconds per step (log line, benchmark)
 
+    @cached_property
+    def client(self) -> "KafkaClientConfig":
+        """The output cluster's client settings (``sink.conn_id``), read from Airflow once per sink."""
+        from offsetbatch.source.connection import from_connection
+
+        return from_connection(self.settings.conn_id, "sink.conn_id")
+
     @property
     def transactional_id(self) -> str:
         """One per pipeline and output topic: a new producer fences any older one (a zombie task)."""
-        return f"offsetbatch.{self.pipeline}.{self.settings.topic}"
+        return f"offsetbatch.{self.pipeline_name}.{self.settings.topic}"
 
     @property
     def marker_group(self) -> str:
         """The consumer group whose committed offset on the output topic's partition 0, written in
         each publish's transaction, names the last batch published (nobody consumes with it)."""
-        return f"offsetbatch.{self.pipeline}.published"
+        return f"offsetbatch.{self.pipeline_name}.published"
 
     @property
     def target(self) -> str:
@@ -89,11 +99,11 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
 
     def doctor_checks(self) -> "list[tuple[str, Callable[[], str], str]]":
         """The output topics exist and the sink's user may publish to them (the plan task's check)."""
-        return [("output topic", self._check_target,
+        return [("output topic", self._doctor_output_topic,
                  "create the topic or have the ACLs the message names granted (or fix sink.topic / sink.conn_id)"),
                 *super().doctor_checks()]
 
-    def _check_target(self) -> str:
+    def _doctor_output_topic(self) -> str:
         self.check_writable()
         return (f"{self.target}: exists; the connection's user may write it, use transactional id "
                 f"{self.transactional_id} and marker group {self.marker_group}")
@@ -143,13 +153,11 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         cluster (by cluster id) would be a write-back loop. The config refuses it on one connection."""
         from offsetbatch.errors import SinkTargetError
         from offsetbatch.source.admin import KafkaAdmin
-        from offsetbatch.source.connection import from_connection
-
         named = {f"sink.{field}": topic for field in ("topic", "dead_letter_topic")
                  if (topic := getattr(self.settings, field)) and reads_topic(topic)}
         if not named:
             return
-        with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as output:
+        with KafkaAdmin(self.client) as output:
             same = output.cluster_id() == source.cluster_id()
         if same:
             field, topic = next(iter(named.items()))
@@ -184,10 +192,8 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         each refused naming the topic or ACL and ``then`` (what stays as it was, with ``{fix}``)."""
         from offsetbatch.errors import KafkaAuthError, SinkTargetError
         from offsetbatch.source.admin import SINK_ACLS, KafkaAdmin
-        from offsetbatch.source.connection import from_connection
-
         wanted = [t for t in (self.settings.topic, self.settings.dead_letter_topic) if t]
-        with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as kafka:
+        with KafkaAdmin(self.client) as kafka:
             try:
                 kafka.check_produce_access(wanted, self.marker_group, self.transactional_id, self.settings.topic)
                 found = {tp.topic for tp in kafka.partitions(wanted, needs=SINK_ACLS)}
@@ -263,10 +269,8 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
 
     def _producer(self) -> "TransactionalProducer":
         from offsetbatch.sinks.kafka.producer import TransactionalProducer
-        from offsetbatch.source.connection import from_connection
 
-        return TransactionalProducer(from_connection(self.settings.conn_id, "sink.conn_id"), self.transactional_id,
-                                     self.settings.producer_config())
+        return TransactionalProducer(self.client, self.transactional_id, self.settings.producer_config())
 
     def _rows(self, files: list[str], columns: list[str]):
         """The staged rows (``_in_order`` gives them in the order they are sent)."""
@@ -349,14 +353,12 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         """The marker: what the last committed publish transaction says it published."""
         from offsetbatch.model import TopicPartition
         from offsetbatch.source.admin import KafkaAdmin
-        from offsetbatch.source.connection import from_connection
-
         from kafka.errors import AuthorizationError
 
         from offsetbatch.errors import KafkaAuthError
         from offsetbatch.source.admin import SINK_ACLS
 
-        with KafkaAdmin(from_connection(self.settings.conn_id, "sink.conn_id")) as kafka:
+        with KafkaAdmin(self.client) as kafka:
             try:
                 found = kafka.group_marker(self.marker_group, TopicPartition(self.settings.topic, MARKER_PARTITION))
             except AuthorizationError as exc:
@@ -390,9 +392,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
     def read_committed(self, spark: "SparkSession") -> "DataFrame":
         """The output topic through Spark's Kafka source with ``kafka.isolation.level=read_committed``:
         aborted transactions (a crashed publish) never show."""
-        from offsetbatch.source.connection import from_connection
-
-        opts = from_connection(self.settings.conn_id, "sink.conn_id").spark_options()
+        opts = self.client.spark_options()
         return (spark.read.format("kafka").options(**opts).option("subscribe", self.settings.topic)
                 .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest").load())
 

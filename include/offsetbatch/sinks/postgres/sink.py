@@ -34,8 +34,8 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
     type = "postgres"
     Settings = PostgresSettings
 
-    def __init__(self, pipeline: str, settings: PostgresSettings):
-        super().__init__(pipeline, settings)
+    def __init__(self, pipeline_name: str, settings: PostgresSettings):
+        super().__init__(pipeline_name, settings)
         self.schema_name, self.table_name = settings.table.split(".")
         self._engine = None
 
@@ -230,7 +230,7 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
 
         if not self._exists(cur) or self._owner(cur) is not None:
             return
-        mark = json.dumps({OWNER_KEY: {"ledger_id": ledger_id, "pipeline": self.pipeline,
+        mark = json.dumps({OWNER_KEY: {"ledger_id": ledger_id, "pipeline": self.pipeline_name,
                                        "claimed_at": datetime.now(timezone.utc).isoformat()}})
         cur.execute(sql.SQL("COMMENT ON TABLE {} IS %s").format(self._ident()), (mark,))
 

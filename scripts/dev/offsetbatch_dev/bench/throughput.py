@@ -23,7 +23,8 @@ from offsetbatch.dag.spark_jars import spark_connector_jars
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch.sinks.files import TableLayout
-from offsetbatch.source.connection import SECRETS_ARG, KafkaClientConfig, remove_secrets_file, write_secrets_file
+from offsetbatch import job_secrets
+from offsetbatch.source.connection import KafkaClientConfig
 from offsetbatch_dev.bench.dataset import Dataset
 
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE, session STRING"
@@ -144,15 +145,15 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     secrets_file = None
     if client is not None:
         spec.kafka_options = client.spark_options()
-        secrets_file = write_secrets_file(client.spark_secrets())
+        secrets_file = job_secrets.write(client.spark_secrets())
     uri = TableLayout(str(table)).spec(1)
     spec.save(uri)
     try:
         wall, rss, _ = spark_submit(JOB, ["--spec", uri, "--attempt", "bench",
-                                          *([SECRETS_ARG, str(secrets_file)] if secrets_file else [])],
+                                          *([job_secrets.ARG, str(secrets_file)] if secrets_file else [])],
                                     product_conf(conf), work / f"{name}-{rep}.log", master=master)
     finally:
-        remove_secrets_file(secrets_file)
+        job_secrets.remove(secrets_file)
     m = Manifest.load(TableLayout(str(table)).staging_manifest(1, "bench"))
     shutil.rmtree(table.parent, ignore_errors=True)
     return Sample(m.job_seconds, wall, rss, m.rows_in, rejected=m.rows_rejected)
