@@ -373,7 +373,7 @@ def cluster_pipeline(make_pipeline, spark, kafka=None, suffix: str = "_c") -> Pi
 
 def when_writing(p: Pipeline, batch_id: int, action, timeout_s: float = 300) -> threading.Thread:
     """Once the batch's job writes its first staged file, run ``action`` (in a thread)."""
-    pattern = f"{p.table}/_offsetbatch/staging/batch_id={batch_id}/attempt=*/data/_temporary"
+    pattern = f"{p.table}/_offsetbatch/attempts/batch_id={batch_id}/attempt=*/data/_temporary"
 
     def watch() -> None:
         deadline = time.monotonic() + timeout_s

@@ -232,7 +232,7 @@ def test_the_sample_pipeline_lands_every_record_once_through_a_broker_and_worker
     # A batch big enough to be mid-write when both kills land.
     stack.produce(20_000, 300_000)
     stack.trigger("deploy-2")
-    staging = f"{TABLE}/_offsetbatch/staging"
+    staging = f"{TABLE}/_offsetbatch/attempts"
     worker = stack.container("spark-worker")
     stack.wait("the killed run's job writing its first staged file", lambda: subprocess.run(
         ["docker", "exec", worker, "bash", "-c", f"compgen -G '{staging}/batch_id=*/attempt=*/data/_temporary'"],

@@ -161,7 +161,7 @@ def test_two_replays_of_one_batch_at_once_replay_it_once(make_pipeline):
     assert sorted((b.kind, b.target_batch_id, b.status) for b in batches) == \
         [("incremental", None, "committed"), ("replay", 1, "committed")], p.describe()
     assert _versions(p, 1) == {"v2"}
-    assert not list(Path(TableLayout(p.table).meta, "staging").glob("batch_id=*/attempt=*/_manifest.json"))
+    assert not list(Path(TableLayout(p.table).meta, "attempts").glob("batch_id=*/attempt=*/_manifest.json"))
     report = p.check()
     assert report.ok, report.summary()
 

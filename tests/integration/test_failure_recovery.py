@@ -70,13 +70,13 @@ def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark, request):
     crashed.assert_failed_with("the Spark job failed (spark-submit was killed by signal 9 (SIGKILL))")
     crashed.assert_failed_with("the next run (or a retry of this task) re-executes batch(es) 2 unchanged")
     layout = TableLayout(p.table)
-    partial = list(Path(layout.staging(2)).rglob("part-*"))
+    partial = list(Path(layout.attempts(2)).rglob("part-*"))
     if request.node.callspec.params["new_pipeline"] == "local":
         # local[2]: the executors are the driver's threads and die with it, mid-write
         assert partial, "the killed attempt left partial files in its staging folder"
     # On a cluster the executor JVM outlives the driver for a moment and may abort its task, which
     # deletes the task's temporary files (seen once in CI): partial files or none, what follows holds.
-    assert not list(Path(layout.staging(2)).rglob("_manifest.json"))
+    assert not list(Path(layout.attempts(2)).rglob("_manifest.json"))
     assert p.ledger.get_batch(p.name, 2).status == "planned"
     assert not _published(p, 2)
     assert p.check().missing  # hour 2 is not visible yet
@@ -88,7 +88,7 @@ def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark, request):
     assert rerun.ok, rerun.output[-4000:]
     report = p.check()
     assert report.ok, report.summary()
-    assert not Path(layout.staging(2)).exists(), "the killed attempt's files were cleaned up"
+    assert not Path(layout.attempts(2)).exists(), "the killed attempt's files were cleaned up"
 
 
 def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(new_pipeline):

@@ -70,7 +70,7 @@ def _summary_ranges_match_ledger(p, url: str) -> None:
 
 
 def _staged_attempt(p, batch_id: int) -> str:
-    found = list(Path(p.table, "_offsetbatch", "staging", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
+    found = list(Path(p.table, "_offsetbatch", "attempts", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
     assert len(found) == 1, found
     return found[0].parent.name.removeprefix("attempt=")
 
@@ -150,7 +150,7 @@ def test_hourly_kill9_at_each_commit_boundary_and_replay_postgres_catalog(make_p
     assert _per_batch(url) == {b.batch_id: b.stats["rows_out"] for b in p.ledger.list_batches(p.name, 10)}
     table = verify.iceberg_table(url, TABLE)
     assert pl.scan_iceberg(table).select(pl.len()).collect().item() == len(p.expected_ids())  # a second reader
-    assert not Path(p.table, "_offsetbatch", "staging", "batch_id=2").exists()
+    assert not Path(p.table, "_offsetbatch", "attempts", "batch_id=2").exists()
 
     # replay of batch 1 after a transform change (and a new column): one snapshot replaces it
     pinned = table.current_snapshot().snapshot_id

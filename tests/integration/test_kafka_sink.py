@@ -86,7 +86,7 @@ def _check_exactly_once_in_order(p, records) -> None:
 
 
 def _staged_attempt(p, batch_id: int) -> str:
-    found = list(Path(p.table, "_offsetbatch", "staging", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
+    found = list(Path(p.table, "_offsetbatch", "attempts", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
     assert len(found) == 1, found
     return found[0].parent.name.removeprefix("attempt=")
 

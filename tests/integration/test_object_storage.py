@@ -151,7 +151,7 @@ def test_a_replay_on_s3_swaps_the_manifest_and_deletes_the_old_files(s3_pipeline
     assert sorted(after[1]) == sorted(before[1]) and sorted(after[2]) == sorted(before[2])
     assert not _unreferenced(p, fs)
     gone = old_files - set(_objects(fs, p.table))
-    assert any("/staging/batch_id=1/" in o and o.endswith(".parquet") for o in gone), "batch 1's old files deleted"
+    assert any("/_offsetbatch/attempts/batch_id=1/" in o and o.endswith(".parquet") for o in gone), "batch 1's old files deleted"
     report = _check(p, fs)
     assert report.ok, report.summary()
 

@@ -61,7 +61,7 @@ def _rows_match_ledger(p, url) -> dict[int, int]:
 
 
 def _staged_attempt(p, batch_id: int) -> str:
-    found = list(Path(p.table, "_offsetbatch", "staging", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
+    found = list(Path(p.table, "_offsetbatch", "attempts", f"batch_id={batch_id}").glob("attempt=*/_manifest.json"))
     assert len(found) == 1, found
     return found[0].parent.name.removeprefix("attempt=")
 
@@ -171,7 +171,7 @@ def test_sample_variant_hourly_kill9_inside_the_commit_reader_and_replay(make_pi
     report = verify.check_table(url, TABLE, p.expected_ids(), p.malformed(), p.ledger, p.name)
     assert report.ok, report.summary()
     counts = _rows_match_ledger(p, url)
-    assert not Path(p.table, "_offsetbatch", "staging", "batch_id=2").exists()
+    assert not Path(p.table, "_offsetbatch", "attempts", "batch_id=2").exists()
 
     # replay of batch 1 after a transform change (a new column too): exactly batch 1's rows replaced
     cfg = yaml.safe_load(p.config_path.read_text())

@@ -302,7 +302,7 @@ def test_a_kafka_sink_user_without_producer_acls_is_refused_before_anything_chan
     crashed = p.run(BASE + H, faults="commit.before_transaction")
     crashed.assert_failed_with("injected fault at commit.before_transaction")
     broker.revoke(USER, "GROUP", group, "READ")
-    [staged] = Path(p.table, "_offsetbatch", "staging", "batch_id=2").glob("attempt=*/_manifest.json")
+    [staged] = Path(p.table, "_offsetbatch", "attempts", "batch_id=2").glob("attempt=*/_manifest.json")
     commit = subprocess.run([sys.executable, "-c", COMMIT, str(p.config_path), "2",
                              staged.parent.name.removeprefix("attempt=")],
                             env={k: v for k, v in p.env.items() if k != "OFFSETBATCH_FAULTS"},

@@ -72,6 +72,12 @@ def commit_batch(pipeline: Pipeline, ledger: Ledger, batch_id: int, attempt: str
         raise BatchStateError(f"pipeline {cfg.name} batch {batch_id} is {batch.status}; only planned batches can be "
                               f"committed. Nothing was committed; 'offsetbatch batch {cfg.name} {batch_id}' shows why.")
     manifest_uri = sink.staging.staging_manifest(batch_id, attempt)
+    legacy = f"{sink.staging.legacy_attempts(batch_id)}/attempt={attempt}/_manifest.json"
+    if not storage.exists(manifest_uri) and storage.exists(legacy):
+        raise ManifestError(
+            f"pipeline {cfg.name} batch {batch_id}: attempt {attempt} was staged by an earlier offsetbatch, under "
+            f"{legacy}, which this version does not publish from ({batch.describe_ranges()}). Nothing was committed. "
+            f"Clear this run's spark_job task: it stages the batch again, and this commit publishes it.")
     if not storage.exists(manifest_uri):
         raise ManifestError(
             f"pipeline {cfg.name} batch {batch_id}: no manifest at {manifest_uri}, so the Spark job did not finish "

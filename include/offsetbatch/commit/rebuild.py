@@ -61,7 +61,7 @@ def plan_rebuild(name: str, sink: Sink) -> RebuildPlan:
     if not manifests:
         raise RebuildRefusedError(f"{where} holds no published batch; there is nothing to rebuild. A new ledger is "
                                   f"created by 'offsetbatch ledger init' or the pipeline's first run.")
-    plan = RebuildPlan(name, sink.settings.path, manifests)
+    plan = RebuildPlan(name, sink.settings.root, manifests)
     by_tp: dict[TopicPartition, list[tuple[int, int, int]]] = {}
     for output_id, m in manifests.items():
         if m.pipeline != name:

@@ -34,7 +34,7 @@ from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
 from offsetbatch.job.session import is_remote_session
 from offsetbatch.job.transform import analyzed_transform, parse_records
 from offsetbatch.jobspec import JobSpec, Manifest
-from offsetbatch.sinks import sink_for
+from offsetbatch.sinks import settings_for, sink_for
 from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.staging import StagingLayout
 
@@ -193,7 +193,7 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
     # Hadoop's S3A reads the session's fs.* settings (Spark redacts the secret ones); the magic committer with them
     for key, value in ({**store, **MAGIC_COMMITTER} if store else {}).items():
         spark.conf.set(key, value)
-    bind_object_store(secrets, [spec.sink["path"] for spec in specs])
+    bind_object_store(secrets, [settings_for(spec.sink).root for spec in specs])
     manifests = []
     for spec in specs:
         try:
@@ -230,7 +230,7 @@ def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
         text = (f"Kafka at {spec.bootstrap} did not answer within {KAFKA_TIMEOUT_MS // 1000} s (is the broker up and "
                 f"reachable?): {text}")
     try:
-        storage.write_json(StagingLayout(spec.sink["path"]).job_error(spec.batch_id, attempt),
+        storage.write_json(StagingLayout(settings_for(spec.sink).root).job_error(spec.batch_id, attempt),
                            {"error": f"{type(exc).__name__}: {text[:1200]}"})
     except Exception:  # noqa: BLE001 - the original error matters more than its note
         log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)

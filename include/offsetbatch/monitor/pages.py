@@ -184,10 +184,10 @@ def locate(pipeline: Pipeline, batches: list[dict]) -> list[dict]:
     for path, group in by_path.items():
         if not path:
             sink = None
-        elif path == cfg.sink.path:
+        elif path == cfg.sink.root:
             sink = pipeline.sink
         else:
-            sink = sink_for(cfg.name, cfg.sink.model_copy(update={"path": path}))
+            sink = sink_for(cfg.name, cfg.sink.with_root(path))
         found = sink.locations_of([b["output_id"] for b in group]) if sink else {}
         for b in group:
             where = found.get(b["output_id"], {})

@@ -122,7 +122,7 @@ def _spark_jars(pipeline: Pipeline) -> str:
     from offsetbatch.dag.spark_jars import job_jars
 
     cfg = pipeline.cfg
-    return f"{len(job_jars(cfg.sink.path, cfg.value.format, cfg.key.format))} jar(s) for spark-submit"
+    return f"{len(job_jars(cfg.sink.root, cfg.value.format, cfg.key.format))} jar(s) for spark-submit"
 
 
 def run_checks(pipelines: dict[str, Pipeline]) -> list[Check]:

@@ -169,7 +169,7 @@ def _start_offsets(pipeline: Pipeline, kafka: KafkaAdmin, new: set[TopicPartitio
 def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
     """Decide this run's batch. Idempotent per Airflow run; serialized per pipeline by the ledger lock."""
     cfg = pipeline.cfg
-    name, output_path = cfg.name, cfg.sink.path
+    name, output_path = cfg.name, cfg.sink.root
     with ledger.lock(name) as conn:
         if run.request.mode in ("backfill", "replay"):
             return _plan_history(pipeline, ledger, conn, kafka, run)
@@ -289,7 +289,7 @@ def _reread_superseded(ledger: Ledger, conn, run: RunInfo, old: Batch, output_pa
 def _plan_history(pipeline: Pipeline, ledger: Ledger, conn, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
     """A backfill or replay run: replay batches for recorded history, backfill batches for the rest."""
     cfg, req = pipeline.cfg, run.request
-    name, output_path = cfg.name, cfg.sink.path
+    name, output_path = cfg.name, cfg.sink.root
     own = ledger.planned_for_run(conn, name, run.run_id)
     if own:
         log.info("pipeline %s: run %s already planned batch(es) %s; re-executing them unchanged", name, run.run_id,

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from offsetbatch import storage
 from offsetbatch.sinks.staging import StagingLayout
@@ -95,30 +95,38 @@ def absolute_location(v: str) -> str:
 
 
 class SinkSettings(BaseModel):
-    """Settings every sink has; a sink's own ``Settings`` subclass adds its fields."""
+    """Settings every sink has; a sink's own ``Settings`` subclass adds its fields, starting from
+    ``TableSettings`` (the target is a folder of files) or ``StagedSettings`` (the target is
+    elsewhere, and the job stages its Parquet under ``staging``). ``root`` is the folder the sink's
+    own files live under either way: job specs, attempts, rejected records, the owner marker."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    ROOT_FIELD: ClassVar[str] = "path"  # the field that holds ``root``, as messages name it
 
     type: str = Field("files", description="which sink publishes the batches (offsetbatch.sinks.SINKS)")
-    path: str = Field(description="table root (files sink) or staging root: a local path or a Hadoop-compatible URI")
     event_time_column: str | None = Field(None, description="output column whose date sub-partitions the output")
     storage_conn_id: str | None = Field(None, description="Airflow connection (type aws) of the object store that "
-                                        "holds path (s3a:// or s3://): endpoint, region, credentials")
+                                        "holds the sink's folders (s3a:// or s3://): endpoint, region, credentials")
 
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, v: str) -> str:
-        return absolute_location(v)
+    @property
+    def root(self) -> str:
+        """Where the sink's own folders are (a local path or a Hadoop-compatible URI)."""
+        return getattr(self, self.ROOT_FIELD)
+
+    def with_root(self, root: str) -> "SinkSettings":
+        """The same settings with another root (a batch planned when the root was elsewhere)."""
+        return self.model_copy(update={self.ROOT_FIELD: root})
 
     @model_validator(mode="after")
     def _storage_connection(self) -> "SinkSettings":
-        on_s3 = storage.is_s3(self.path)
+        where = f"sink.{self.ROOT_FIELD} {self.root!r}"
+        on_s3 = storage.is_s3(self.root)
         if on_s3 and not self.storage_conn_id:
-            raise ValueError(f"sink.path {self.path!r} is on an S3 API: set sink.storage_conn_id to the Airflow "
-                             f"connection (type aws) that holds its endpoint, region and credentials")
+            raise ValueError(f"{where} is on an S3 API: set sink.storage_conn_id to the Airflow connection (type aws) "
+                             f"that holds its endpoint, region and credentials")
         if self.storage_conn_id and not on_s3:
-            raise ValueError(f"sink.storage_conn_id is set but sink.path {self.path!r} is not an s3a:// or s3:// "
-                             f"location; remove it or fix sink.path")
+            raise ValueError(f"sink.storage_conn_id is set but {where} is not an s3a:// or s3:// location; remove it "
+                             f"or fix sink.{self.ROOT_FIELD}")
         return self
 
     def check_source_config(self, kafka_conn_id: str, reads_topic: Callable[[str], bool]) -> None:
@@ -131,6 +139,34 @@ class SinkSettings(BaseModel):
         ``LedgerSettings``). A sink that must live in the ledger's database fills in or checks its
         connection here (``ValueError`` says why not); the others ignore the ledger."""
         return sink
+
+
+class TableSettings(SinkSettings):
+    """A sink whose target is a folder of files: ``path`` is the table, and the sink's own folders
+    are inside it (``_offsetbatch/``, ``_rejected/``), hidden from Parquet readers."""
+
+    path: str = Field(description="the table: a local path or a Hadoop-compatible URI")
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        return absolute_location(v)
+
+
+class StagedSettings(SinkSettings):
+    """A sink whose target is elsewhere (a database table, an Iceberg table, a topic): the job stages
+    its Parquet under ``staging`` (``path`` is still read: its name before 0.2)."""
+
+    ROOT_FIELD: ClassVar[str] = "staging"
+
+    staging: str = Field(validation_alias=AliasChoices("staging", "path"),
+                         description="staging root: the Spark job's Parquet, job specs and rejected records; a local "
+                                     "path or a Hadoop-compatible URI every executor reaches")
+
+    @field_validator("staging")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        return absolute_location(v)
 
 
 @dataclass(frozen=True)
@@ -147,14 +183,14 @@ class Sink(ABC):
     publication trait."""
 
     type: ClassVar[str]
-    Settings: ClassVar[type[SinkSettings]] = SinkSettings
+    Settings: ClassVar[type[SinkSettings]] = StagedSettings  # a sink whose target is not its folder of files
 
     def __init__(self, pipeline_name: str, settings: SinkSettings):
         self.pipeline_name = pipeline_name
         self.settings = settings
-        self.staging = StagingLayout(settings.path)
+        self.staging = StagingLayout(settings.root)
         if settings.storage_conn_id:
-            storage.bind_s3(settings.path, settings.storage_conn_id)
+            storage.bind_s3(settings.root, settings.storage_conn_id)
 
     # ---- names -------------------------------------------------------------------------------
 
@@ -184,14 +220,14 @@ class Sink(ABC):
         """Where rejected records go, in OpenLineage's naming: ``<path>/_rejected`` by default."""
         from offsetbatch.sinks.uris import location_dataset
 
-        return location_dataset(f"{self.settings.path.rstrip('/')}/_rejected")
+        return location_dataset(f"{self.settings.root.rstrip('/')}/_rejected")
 
     def doctor_checks(self) -> "list[tuple[str, Callable[[], str], str]]":
         """What ``offsetbatch doctor`` checks of this sink beyond the pipeline's own checks: (name,
         check returning what it found, what to do when it fails). Every check reaches the target."""
         checks = []
         if self.settings.storage_conn_id:
-            cfg_where = f"sink.path {self.settings.path}"
+            cfg_where = f"sink.{self.settings.ROOT_FIELD} {self.settings.root}"
             checks.append(("object store", self._check_object_store,
                            f"fix Airflow connection {self.settings.storage_conn_id} (type aws: login = access key id, "
                            f"password = secret, extra endpoint_url/region_name) or {cfg_where}; "
@@ -202,8 +238,8 @@ class Sink(ABC):
         """The sink's bucket: reached, and one object written, read back and deleted."""
         from offsetbatch.storage.s3 import S3Settings, check_bucket
 
-        check_bucket(S3Settings.from_connection(self.settings.storage_conn_id), self.settings.path)
-        return f"{self.settings.path}: writable with connection {self.settings.storage_conn_id}"
+        check_bucket(S3Settings.from_connection(self.settings.storage_conn_id), self.settings.root)
+        return f"{self.settings.root}: writable with connection {self.settings.storage_conn_id}"
 
     # ---- job half (Spark driver) ------------------------------------------------------------
 
@@ -266,7 +302,8 @@ class Sink(ABC):
 
     def cleanup(self, batch_id: int) -> None:
         """Remove a published batch's staging (every attempt of it)."""
-        storage.remove(self.staging.staging(batch_id))
+        for folder in self.staging.attempt_folders(batch_id):
+            storage.remove(folder)
 
     def discard(self, batch_id: int, attempt: str) -> None:
         """Drop one attempt's staged output (a redundant or losing re-execution)."""

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch import faults, storage
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, Sink, SinkSettings
+from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, Sink, TableSettings
 from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.staging import StagingLayout
 
@@ -55,9 +55,9 @@ class TableLayout(StagingLayout):
 
 class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     type = "files"
-    Settings = SinkSettings
+    Settings = TableSettings
 
-    def __init__(self, pipeline_name: str, settings: SinkSettings):
+    def __init__(self, pipeline_name: str, settings: TableSettings):
         super().__init__(pipeline_name, settings)
         self.layout = self.staging = TableLayout(settings.path)
         self.rejected = RejectedFolders(settings.path)
@@ -73,7 +73,7 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
     @classmethod
     def at(cls, table: str, pipeline_name: str = "", storage_conn_id: str | None = None) -> "FilesSink":
         """The sink of an existing table folder (readers and tools that have no pipeline config)."""
-        return cls(pipeline_name, SinkSettings(path=table, storage_conn_id=storage_conn_id))
+        return cls(pipeline_name, TableSettings(path=table, storage_conn_id=storage_conn_id))
 
     @property
     def in_place(self) -> bool:
@@ -101,11 +101,12 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             if storage.exists(dst):
                 storage.move(dst, layout.trash(f"{stamp}-{i}"))
             storage.move(src, dst)
-        if not storage.remove(layout.staging(batch_id), best_effort=True):
+        if not storage.remove(layout.attempts(batch_id), best_effort=True):
             # two runs executed this batch at once: the other attempt is still writing; its own
             # commit finds the batch committed and discards its output
             log.info("%s: another attempt of this batch is still writing under %s; its commit discards it",
-                     self.where(batch_id), layout.staging(batch_id))
+                     self.where(batch_id), layout.attempts(batch_id))
+        storage.remove(layout.legacy_attempts(batch_id))
         storage.remove(f"{layout.meta}/trash")
 
     def _publish_in_place(self, batch_id: int, output_id: int, attempt: str) -> None:
@@ -123,9 +124,10 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                 self._note_trash(output_id, current.location)
             manifest.save(layout.manifest(output_id))
             faults.checkpoint(MANIFEST_PUBLISHED)
-        for other in storage.children(layout.staging(batch_id)):
-            if other != f"attempt={attempt}":
-                self._remove_unless_published(f"{layout.staging(batch_id)}/{other}")
+        for attempts in layout.attempt_folders(batch_id):
+            for other in storage.children(attempts):
+                if f"{attempts}/{other}" != folder:
+                    self._remove_unless_published(f"{attempts}/{other}")
         self._sweep()
 
     def _remove_unless_published(self, folder: str) -> None:

@@ -145,8 +145,8 @@ def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
     text = str(exc)
     first = text.splitlines()[0] if text else type(exc).__name__
     if "NO_SUCH_BUCKET" in text:
-        return StorageConnectionError(f"{where}: bucket {bucket!r} does not exist. Create it, or fix sink.path; "
-                                      f"nothing was changed.")
+        return StorageConnectionError(f"{where}: bucket {bucket!r} does not exist. Create it, or fix the sink's "
+                                      f"location (sink.path or sink.staging); nothing was changed.")
     if any(code in text for code in ("SIGNATURE_DOES_NOT_MATCH", "INVALID_ACCESS_KEY_ID", "ACCESS_DENIED",
                                      "Forbidden", "EXPIRED_TOKEN")):
         return StorageConnectionError(f"{where}: the store refused the credentials or the request ({first}). Fix the "

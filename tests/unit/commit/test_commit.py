@@ -67,7 +67,7 @@ def test_publish_replaces_earlier_output_and_is_idempotent(tmp_path):
     sink.publish(3, 3, "a2")  # a crash-and-rerun of publish changes nothing
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "new"
     assert (Path(RejectedFolders(layout.root).of(3)) / "part-0.parquet").read_text() == "new"
-    assert not Path(layout.staging(3)).exists() and not Path(layout.meta, "trash").exists()
+    assert not Path(layout.attempts(3)).exists() and not Path(layout.meta, "trash").exists()
 
 
 def test_publish_finishes_after_a_crash_between_its_moves(tmp_path):
@@ -90,7 +90,7 @@ def test_publishing_one_replay_leaves_another_replays_staging_alone(tmp_path):
     _stage(layout, "b1", "replay-6", batch_id=6)
     sink.publish(5, 3, "a1")
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "replay-5"
-    assert not Path(layout.staging(5)).exists()
+    assert not Path(layout.attempts(5)).exists()
     assert Path(layout.staging_manifest(6, "b1")).exists()
     sink.publish(6, 3, "b1")
     assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "replay-6"

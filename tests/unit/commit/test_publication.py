@@ -136,7 +136,7 @@ def test_in_transaction_publishes_inside_the_commit_and_only_cleans_up_after(set
     assert commit_batch(pipeline, ledger, batch_id, "a1").outcome == "committed"
     assert CALLS == [("publish_in_transaction", batch_id, batch_id, "a1", True)]
     assert publish_pending(pipeline, ledger) == []  # published in the same transaction: nothing to roll forward
-    assert not Path(pipeline.sink.staging.staging(batch_id)).exists()  # its staging removed after the COMMIT
+    assert not Path(pipeline.sink.staging.attempts(batch_id)).exists()  # its staging removed after the COMMIT
 
 
 def test_a_failed_in_transaction_publish_changes_nothing(setup):

@@ -14,7 +14,7 @@ from offsetbatch.config import load_config
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import FORMATS
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks import FilesSink, PublishesAfterLedgerCommit, Sink, SinkSettings, sink_for
+from offsetbatch.sinks import FilesSink, PublishesAfterLedgerCommit, Sink, StagedSettings, sink_for
 
 BASE = {"name": "orders", "kafka": {"topics": ["orders"]},
         "value": {"format": "json", "schema": "id STRING"}, "sink": {"path": "/data/orders"}}
@@ -36,7 +36,7 @@ def test_an_unknown_sink_type_names_the_field_and_the_known_types(tmp_path):
         _load(tmp_path, sink={"type": "warehouse", "path": "/x"})
 
 
-class _ArchiveSettings(SinkSettings):
+class _ArchiveSettings(StagedSettings):
     bucket: str
 
 
@@ -99,3 +99,28 @@ def test_legacy_manifests_load_with_their_output_id(tmp_path):
     del raw["attempt"]
     (tmp_path / "m.json").write_text(json.dumps(raw))
     assert Manifest.load(uri).output_id == 7
+
+
+@pytest.mark.parametrize("sink", [{"type": "postgres", "table": "public.orders"},
+                                  {"type": "kafka", "topic": "clean"},
+                                  {"type": "iceberg", "namespace": "ns", "table": "t", "warehouse": "/wh",
+                                   "catalog": "sqlite:////tmp/c.db"}])
+def test_a_staged_sinks_staging_root_is_sink_staging_and_path_still_loads(tmp_path, sink):
+    """The target (a table, a topic) and the staging root are two settings with two names; the
+    staging root's name before 0.2, ``path``, loads the same."""
+    ledger = {"url": "postgresql+psycopg2://u@localhost/db"} if sink["type"] == "postgres" else {}
+    new = _load(tmp_path, sink={**sink, "staging": "/stage/orders"}, ledger=ledger)
+    old = _load(tmp_path, sink={**sink, "path": "/stage/orders"}, ledger=ledger)
+    assert new.sink == old.sink and new.sink.root == "/stage/orders" and "path" not in type(new.sink).model_fields
+    assert sink_for(new.name, new.sink.model_dump()).settings.root == "/stage/orders"  # as the job spec carries it
+    with pytest.raises(ConfigError, match=r"field 'sink.path': Extra inputs are not permitted"):
+        _load(tmp_path, sink={**sink, "staging": "/stage/orders", "path": "/stage/other"}, ledger=ledger)
+    with pytest.raises(ConfigError, match=r"field 'sink.staging': Value error, must be an absolute path or a URI"):
+        _load(tmp_path, sink={**sink, "staging": "stage"}, ledger=ledger)
+
+
+def test_the_files_sinks_table_is_its_path(tmp_path):
+    cfg = _load(tmp_path)
+    assert cfg.sink.path == cfg.sink.root == "/data/orders" and cfg.sink.with_root("/elsewhere").path == "/elsewhere"
+    with pytest.raises(ConfigError, match=r"field 'sink.staging': Extra inputs are not permitted"):
+        _load(tmp_path, sink={"path": "/data/orders", "staging": "/x"})

@@ -126,7 +126,7 @@ def test_publishing_on_an_object_store_moves_nothing(bucket, monkeypatch):
     assert sink.published_ids() == [1]
     published = sink.published_manifests()[1]
     assert published.data_files == files and published.location == sink.layout.attempt(1, "a1")
-    assert storage.children(sink.layout.staging(1)) == ["attempt=a1"], "the other attempt is deleted"
+    assert storage.children(sink.layout.attempts(1)) == ["attempt=a1"], "the other attempt is deleted"
     sink.publish(1, 1, "a1")  # idempotent: a retried commit publishes again
     assert sink.published_manifests()[1].data_files == files
 
@@ -201,14 +201,14 @@ def test_publishing_leaves_a_folder_another_attempt_is_still_writing(tmp_path, m
     the other attempt's commit discards its output."""
     sink = FilesSink.at(str(tmp_path / "t"), "orders")
     layout = sink.layout
-    (tmp_path / "t" / "_offsetbatch" / "staging" / "batch_id=1" / "attempt=a1" / "data").mkdir(parents=True)
+    (tmp_path / "t" / "_offsetbatch" / "attempts" / "batch_id=1" / "attempt=a1" / "data").mkdir(parents=True)
     Manifest(pipeline="orders", output_id=1, ranges=[], rows_in=0, rows_out=0, rows_rejected=0, bytes_in=0,
              data_files=[], rejected_files=[], job_seconds=0, spark_version="4.3.0",
              attempt="a1").save(layout.staging_manifest(1, "a1"))
     real = storage.remove
 
     def busy(uri, best_effort=False):
-        if uri == layout.staging(1):
+        if uri == layout.attempts(1):
             if not best_effort:
                 raise OSError(39, "Directory not empty")
             return False

@@ -16,7 +16,7 @@ from offsetbatch.formats import FORMATS, SchemaContext, ValueFormat, ValueSettin
 from offsetbatch.model import Batch, OffsetRange
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan import schemas as batch_schemas
-from offsetbatch.sinks import SINKS, PublishesAfterLedgerCommit, Sink, SinkSettings, register_sink
+from offsetbatch.sinks import SINKS, PublishesAfterLedgerCommit, Sink, StagedSettings, register_sink
 
 
 class _Schemas:
@@ -78,7 +78,7 @@ class ProtoStandIn(ValueFormat):
         raise NotImplementedError("no Spark side in this unit test")
 
 
-class _ArchiveSettings(SinkSettings):
+class _ArchiveSettings(StagedSettings):
     bucket: str
 
 

@@ -91,7 +91,7 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
             from offsetbatch.dag.retry_policy import fail_without_retry
 
             with fail_without_retry():  # a jar missing now is missing on the next attempt too
-                self.jars = ",".join(job_jars(pipeline.cfg.sink.path, pipeline.cfg.value.format, pipeline.cfg.key.format))
+                self.jars = ",".join(job_jars(pipeline.cfg.sink.root, pipeline.cfg.value.format, pipeline.cfg.key.format))
         self.name = submission.name
         self.conf = with_driver_gc(self.conf or {}, spark_defaults())
         secrets_file = None

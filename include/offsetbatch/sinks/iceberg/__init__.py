@@ -3,7 +3,7 @@ says which Kafka offsets it holds (docs/architecture.md, *The Iceberg sink*).
 
     sink:
       type: iceberg
-      path: /data/staging/events          # staging root: the Spark job writes Parquet here
+      staging: /data/staging/events       # staging root: the Spark job writes Parquet here
       namespace: analytics
       table: events
       warehouse: /data/warehouse

@@ -2,7 +2,7 @@
 
     sink:
       type: iceberg
-      path: /data/staging/events          # staging root: the Spark job writes Parquet here, as for every sink
+      staging: /data/staging/events       # staging root: the Spark job writes Parquet here, as for every sink
       catalog: offsetbatch_ledger         # SQLAlchemy URL or Airflow connection; default: the ledger's database
       namespace: analytics
       table: events                       # the rejected records go to events_rejected
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from offsetbatch.sinks.base import SinkSettings, absolute_location
+from offsetbatch.sinks.base import StagedSettings, absolute_location
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TRANSFORMS = ("identity", "year", "month", "day", "hour")
@@ -39,7 +39,7 @@ def parse_partition(spec: str) -> tuple[str, str]:
     return (m["transform"], m["inner"]) if m["transform"] else ("identity", m["column"])
 
 
-class IcebergSettings(SinkSettings):
+class IcebergSettings(StagedSettings):
     type: Literal["iceberg"] = "iceberg"
     catalog: str | None = Field(None, exclude=True,
                                 description="the SQL catalog: a SQLAlchemy URL (postgresql://…, sqlite:///…) or an "
@@ -99,8 +99,8 @@ class IcebergSettings(SinkSettings):
         if on_s3 and not self.storage_conn_id:
             raise ValueError(f"sink.warehouse {self.warehouse!r} is on an S3 API: set sink.storage_conn_id to the "
                              f"Airflow connection (type aws) that holds its endpoint, region and credentials")
-        if on_s3 != storage.is_s3(self.path):
-            raise ValueError(f"sink.path {self.path!r} and sink.warehouse {self.warehouse!r} must both be on the object "
+        if on_s3 != storage.is_s3(self.staging):
+            raise ValueError(f"sink.staging {self.staging!r} and sink.warehouse {self.warehouse!r} must both be on the object "
                              f"store or both not: the snapshot adds the staged files where they are")
         return self
 

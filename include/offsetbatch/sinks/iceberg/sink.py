@@ -4,7 +4,7 @@ file); the commit half, after the ledger transaction, moves an attempt's files u
 location and commits them as one snapshot that also removes the rows they replace.
 
 On an object store nothing is moved: the snapshot adds the files where the job wrote them (under
-``sink.path``'s attempt folder, which then holds table data and is never deleted while the table's
+``sink.staging``'s attempt folder, which then holds table data and is never deleted while the table's
 rows come from it). Iceberg readers see one snapshot: all of a batch or none of it.
 """
 
@@ -116,17 +116,19 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                 self._publish_table(catalog, ident, part, files, batch_id, output_id, attempt, kind, manifest, retired)
                 faults.checkpoint(AFTER_COMMIT)
         if self.in_place:
-            for other in storage.children(self.staging.staging(batch_id)):
-                if other != f"attempt={attempt}":
-                    self._remove_unless_live(f"{self.staging.staging(batch_id)}/{other}")
+            for attempts in self.staging.attempt_folders(batch_id):
+                for other in storage.children(attempts):
+                    if f"{attempts}/{other}" != self.staging.attempt(batch_id, attempt):
+                        self._remove_unless_live(f"{attempts}/{other}")
         else:
-            storage.remove(self.staging.staging(batch_id))
+            for attempts in self.staging.attempt_folders(batch_id):
+                storage.remove(attempts)
 
     @property
     def in_place(self) -> bool:
         """On an object store the snapshot adds the files where the job wrote them (a move there is a
         copy of every object); on a disk they are moved under the table's location first."""
-        return not storage.renames_are_cheap(self.settings.path)
+        return not storage.renames_are_cheap(self.settings.staging)
 
     def _remove_unless_live(self, folder: str) -> None:
         """Delete an attempt folder unless the table's current rows come from it (a replay's files

@@ -2,7 +2,7 @@
 
     sink:
       type: kafka
-      path: /data/staging/clean_events    # staging root (and the rejected records' Parquet)
+      staging: /data/staging/clean_events # staging root (and the rejected records' Parquet)
       topic: clean-events
       conn_id: kafka_default              # Airflow Kafka connection of the output cluster
       key: [user_id]                      # key columns (none: null keys)
@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from offsetbatch.sinks.base import SinkSettings
+from offsetbatch.sinks.base import StagedSettings
 
 TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -37,7 +37,7 @@ COMPRESSION = ("none", "gzip", "snappy", "lz4", "zstd")  # librdkafka's codecs, 
 BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000  # the broker's transaction.max.timeout.ms default
 
 
-class KafkaSinkSettings(SinkSettings):
+class KafkaSinkSettings(StagedSettings):
     type: Literal["kafka"] = "kafka"
     topic: str = Field(description="output topic (must exist)")
     conn_id: str = Field("kafka_default", description="Airflow Kafka connection of the output cluster")

@@ -53,7 +53,7 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
     def __init__(self, pipeline_name: str, settings: KafkaSinkSettings):
         super().__init__(pipeline_name, settings)
         self.settings: KafkaSinkSettings = settings
-        self.rejected = RejectedFolders(settings.path)  # without a dead-letter topic
+        self.rejected = RejectedFolders(settings.staging)  # without a dead-letter topic
         self.timings: dict[str, float] = {}  # the last publish's seconds per step (log line, benchmark)
 
     @cached_property
@@ -265,7 +265,8 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
             producer.close()
         if not self.settings.dead_letter_topic:
             self._publish_rejected(batch_id, output_id, attempt)
-        storage.remove(self.staging.staging(batch_id))
+        for attempts in self.staging.attempt_folders(batch_id):
+            storage.remove(attempts)
 
     def _producer(self) -> "TransactionalProducer":
         from offsetbatch.sinks.kafka.producer import TransactionalProducer

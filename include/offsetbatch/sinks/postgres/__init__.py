@@ -3,7 +3,7 @@ transaction that commits the batch in the ledger (docs/architecture.md, *The Pos
 
     sink:
       type: postgres
-      path: /data/staging/orders          # staging root: the Spark job writes Parquet here, as for every sink
+      staging: /data/staging/orders       # staging root: the Spark job writes Parquet here, as for every sink
       table: analytics.orders             # schema.table, in the ledger's database
       mode: append                        # or upsert, with key: [order_id]
 

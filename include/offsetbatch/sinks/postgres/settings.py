@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from offsetbatch.sinks.base import SinkSettings
+from offsetbatch.sinks.base import StagedSettings
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_IDENT = 63 - len("_rejected")  # PostgreSQL truncates names longer than 63 bytes
@@ -26,7 +26,7 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
-class PostgresSettings(SinkSettings):
+class PostgresSettings(StagedSettings):
     type: Literal["postgres"] = "postgres"
     table: str = Field(description="target 'schema.table' in the ledger's PostgreSQL database")
     url: str | None = Field(None, exclude=True,
