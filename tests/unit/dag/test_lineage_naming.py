@@ -1,5 +1,5 @@
 """OpenLineage dataset naming of each sink's asset URI, and the ranges facet from a plan's range
-strings (the event itself is checked in tests/integration/test_lineage.py)."""
+strings (the event itself is checked in tests/integration/operations/test_lineage.py)."""
 
 from __future__ import annotations
 

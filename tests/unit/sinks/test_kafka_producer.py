@@ -1,7 +1,7 @@
 """The publish producer's own logic, without a broker: a full local queue never drops a record,
 and librdkafka's errors are sorted into "no retry helps" (an ACL) and "a retry may" (the rest,
 aborting the transaction first when librdkafka says it must be). The transaction itself runs on
-the real broker in tests/integration/test_kafka_sink.py and test_secure_kafka.py."""
+the real broker in tests/integration/sinks/test_kafka_sink.py and test_secure_kafka.py."""
 
 from __future__ import annotations
 

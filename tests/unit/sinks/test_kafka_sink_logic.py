@@ -50,7 +50,7 @@ def test_rereads_are_refused_unless_republish():
     ok = sink_for("orders", {**BASE, "republish": True})
     ok.check_reread([3], "a rewind")
     # past the republish rule, check_publishable asks the broker whether the topics exist
-    # (tests/integration/test_kafka_sink.py, a missing output topic)
+    # (tests/integration/sinks/test_kafka_sink.py, a missing output topic)
 
 
 @pytest.mark.parametrize("topics", [["a"], ["b", "a"]])

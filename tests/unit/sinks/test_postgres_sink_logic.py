@@ -1,6 +1,6 @@
 """The postgres sink's pure logic: config refusals (another database, SQL metacharacters), type
 mapping and compatibility, the CSV the COPY reads, fault-point parsing. The database side is in
-tests/integration/test_postgres_sink.py."""
+tests/integration/sinks/test_postgres_sink.py."""
 
 from __future__ import annotations
 

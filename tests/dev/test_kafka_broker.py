@@ -1,4 +1,5 @@
-"""The project's own Kafka 4 broker (KRaft, from Maven Central jars), exercised with kafka-python."""
+"""The development tooling's Kafka 4 broker (``offsetbatch-stack kafka``: KRaft, from Maven Central jars),
+exercised with kafka-python: what the suite's and the demo's broker does, not what offsetbatch does."""
 
 from __future__ import annotations
 
@@ -61,19 +62,6 @@ def test_produce_and_consume(broker_fixture, request):
     values = [f"record-{i}".encode() for i in range(500)]
     _produce(broker.bootstrap, "broker-smoke", values, partitions=3, client=broker.client_kwargs())
     assert sorted(_consume_all(broker.bootstrap, "broker-smoke", 3, client=broker.client_kwargs())) == sorted(values)
-
-
-@pytest.mark.parametrize("broker_fixture, listener", [("kafka_broker", "plain"), ("secure_kafka_broker", "tls")])
-def test_the_connect_diagnosis_tells_a_real_brokers_listener(broker_fixture, listener, request):
-    """The probe behind a failed connect's explanation: a real broker answers the Kafka protocol
-    (plaintext) or completes TLS (SASL_SSL), and neither is taken for a web endpoint."""
-    from offsetbatch.source import diagnosis
-
-    broker = request.getfixturevalue(broker_fixture)
-    assert diagnosis._listener(broker.bootstrap) == listener
-    if listener == "plain":
-        with socket.create_connection(("127.0.0.1", int(broker.bootstrap.rsplit(":", 1)[1])), timeout=5) as sock:
-            assert diagnosis._answer(sock) == "kafka"  # the broker echoed the ApiVersions correlation id
 
 
 def test_start_twice_is_harmless(kafka_broker):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -320,3 +321,16 @@ def test_a_kafka_sink_user_without_producer_acls_is_refused_before_anything_chan
     assert target["ok"] and f"use transactional id {txn_id}" in target["detail"], target
     ids = output_ids()
     assert sorted(ids) == sorted(i for i in p.produced.values() if i) and len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("broker_fixture, listener", [("kafka_broker", "plain"), ("secure_kafka_broker", "tls")])
+def test_the_connect_diagnosis_tells_a_real_brokers_listener(broker_fixture, listener, request):
+    """The probe behind a failed connect's explanation: a real broker answers the Kafka protocol
+    (plaintext) or completes TLS (SASL_SSL), and neither is taken for a web endpoint."""
+    from offsetbatch.source import diagnosis
+
+    broker = request.getfixturevalue(broker_fixture)
+    assert diagnosis._listener(broker.bootstrap) == listener
+    if listener == "plain":
+        with socket.create_connection(("127.0.0.1", int(broker.bootstrap.rsplit(":", 1)[1])), timeout=5) as sock:
+            assert diagnosis._answer(sock) == "kafka"  # the broker echoed the ApiVersions correlation id
