@@ -36,10 +36,25 @@ class KafkaSettings(_Model):
     conn_id: str = Field("kafka_default", description="Airflow connection with extra 'bootstrap.servers'")
     topics: list[str] | None = Field(None, description="explicit topic list")
     pattern: str | None = Field(None, description="regex over topic names; new matching topics are picked up")
-    isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted"
+    isolation_level: Literal["read_uncommitted", "read_committed"] = Field(
+        "read_uncommitted", description="read_committed: only records of committed transactions (another "
+        "pipeline's Kafka-sink output, any transactional producer's); it implies expect_offset_gaps")
     expect_offset_gaps: bool = Field(
-        False, description="compacted or transactional topics: fewer records than offsets is expected"
-    )
+        False, description="fewer records than offsets is expected: compacted topics, and (implied by "
+        "read_committed) the markers and aborted records of transactional ones")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _committed_reads_have_gaps(cls, data):
+        """A read_committed range never holds as many records as offsets when a transaction ended in
+        it (its marker takes an offset): without the gaps every such batch would fail its commit."""
+        if isinstance(data, dict) and data.get("isolation_level") == "read_committed":
+            if data.get("expect_offset_gaps") is False:
+                raise ValueError("isolation_level 'read_committed' skips transaction markers and aborted records, "
+                                 "so a batch reads fewer records than its offsets: remove 'expect_offset_gaps: "
+                                 "false' (read_committed implies true)")
+            data = {**data, "expect_offset_gaps": True}
+        return data
 
     @model_validator(mode="after")
     def _one_selector(self) -> "KafkaSettings":

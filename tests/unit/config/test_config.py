@@ -111,6 +111,19 @@ def test_bad_fields_are_named(tmp_path, change, field, message):
     assert path in text and f"field '{field}" in text and message in text, text
 
 
+def test_read_committed_implies_offset_gaps_and_refuses_their_denial(tmp_path):
+    """A read_committed batch over a transaction's end holds fewer records than offsets (the marker
+    takes one): without the gaps every such batch fails its commit (issue 41, case 2)."""
+    committed = load_config(_write(tmp_path, {**GOOD, "kafka": {"topics": ["orders"], "isolation_level": "read_committed"}}))
+    assert committed.kafka.expect_offset_gaps is True
+    assert load_config(_write(tmp_path, GOOD)).kafka.expect_offset_gaps is False
+    with pytest.raises(ConfigError, match=r"field 'kafka': Value error, isolation_level 'read_committed' skips "
+                                          r"transaction markers and aborted records, .*remove 'expect_offset_gaps: "
+                                          r"false'"):
+        load_config(_write(tmp_path, {**GOOD, "kafka": {"topics": ["orders"], "isolation_level": "read_committed",
+                                                         "expect_offset_gaps": False}}))
+
+
 def test_missing_sink_is_named(tmp_path):
     path = _write(tmp_path, {k: v for k, v in GOOD.items() if k != "sink"})
     with pytest.raises(ConfigError, match="field 'sink': Field required"):
