@@ -17,6 +17,12 @@ BASE = {"type": "kafka", "path": "/s", "topic": "clean-events"}
     ("producer", {"linger.ms": "soon"}, "producer setting 'linger.ms' must be int"),
     ("producer", {"compression.type": "brotli"}, "compression.type must be one of none, gzip, snappy, lz4, zstd"),
     ("producer", {"transaction.timeout.ms": 3_600_000}, "must not exceed the broker's transaction.max.timeout.ms"),
+    # what only librdkafka knows, asked at load (issue 41, case 11): a publish that can never start after
+    # the ledger commit would stall the pipeline
+    ("producer", {"batch.size": -5}, "sink.producer {'batch.size': -5}: librdkafka refuses these producer settings: "
+                                     "Configuration property \"batch.size\" value -5 is outside allowed range"),
+    ("producer", {"max.request.size": 10}, "property \"message.max.bytes\" value 10 is outside allowed range "
+                                           "1000..1000000000"),
     ("partitioning", "key", "partitioning 'key' needs key"),
     ("topic", "bad topic", "is not a Kafka topic name"),
     ("key", ["user id"], "is not a column name"),

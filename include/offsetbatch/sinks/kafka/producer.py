@@ -42,6 +42,22 @@ class ProducerRefusedError(PublishFailedError):
     """The broker refused this user an operation the publish needs (an ACL)."""
 
 
+# What every publish producer is, whatever the pipeline sets: the transaction and the Java client's hash.
+FIXED = {"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}
+
+
+def check_settings(settings: dict[str, str | int]) -> None:
+    """Raise ``ValueError`` with librdkafka's own words if it refuses ``settings`` for a publish
+    producer (a value out of range, a combination it rejects). librdkafka checks a configuration
+    when a client is made, without connecting: here no broker is named, so nothing is reached."""
+    try:
+        producer = Producer({**settings, **FIXED, "transactional.id": "offsetbatch.settings-check", "log_level": 0})
+    except KafkaException as exc:
+        err: KafkaError = exc.args[0]
+        raise ValueError(f"librdkafka refuses these producer settings: {err.str().strip()}") from None
+    del producer
+
+
 class TransactionalProducer:
     """One transactional producer for one batch's publish: ``init_transactions`` (fences an older
     producer with the same id and aborts its open transaction), ``begin``, ``produce`` the records,
@@ -50,8 +66,7 @@ class TransactionalProducer:
     def __init__(self, client: "KafkaClientConfig", transactional_id: str, settings: dict[str, str | int]):
         self.client = client
         self.transactional_id = transactional_id
-        self._producer = Producer({**client.librdkafka(), **settings, "transactional.id": transactional_id,
-                                   "enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random",
+        self._producer = Producer({**client.librdkafka(), **settings, **FIXED, "transactional.id": transactional_id,
                                    "logger": log})
         self._open = False
 

@@ -95,6 +95,19 @@ class KafkaSinkSettings(StagedSettings):
             raise ValueError("event_time_column sub-partitions Parquet folders and has no meaning for a topic")
         return self
 
+    @model_validator(mode="after")
+    def _librdkafka_accepts(self) -> "KafkaSinkSettings":
+        """Checked at load, not after the ledger commit: a publish that can never start would leave the
+        batch committed and unpublished, and every later plan would fail on it (issue 41, case 11)."""
+        from offsetbatch.sinks.kafka.producer import check_settings
+
+        try:
+            check_settings(self.producer_config())
+        except ValueError as exc:
+            given = f" {dict(self.producer)}" if self.producer else " (the defaults)"
+            raise ValueError(f"sink.producer{given}: {exc}; fix the setting") from None
+        return self
+
     def check_source_config(self, kafka_conn_id: str, reads_topic: Callable[[str], bool]) -> None:
         """An output that is one of the pipeline's own source topics (on the same connection) loops:
         every run writes its records back, and the next run reads them again."""
