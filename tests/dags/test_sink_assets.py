@@ -62,3 +62,12 @@ def test_an_unresolvable_connection_names_the_asset_after_it_and_keeps_the_dag(t
     asset = _outlet(tmp_path, "orders_lost", f"{{type: kafka, topic: orders-clean, conn_id: no_such_conn, "
                                              f"path: {tmp_path}/staging}}")
     assert asset.uri == "kafka://no_such_conn/orders-clean"
+
+
+def test_the_dags_documentation_never_shows_the_ledgers_password(tmp_path):
+    """doc_md is serialized into Airflow's database and shown to every UI viewer (issue 41, case 9)."""
+    path = tmp_path / "orders_doc.yaml"
+    path.write_text(BASE.format(name="orders_doc", sink=f"{{path: {tmp_path}/tables/orders}}", ledger=PG))
+    dag = pipeline_dags(str(path))["offsetbatch_orders_doc"]
+    assert "s3cret" not in dag.doc_md
+    assert "postgresql+psycopg2://ob_user:***@db.example.internal:6543/warehouse" in dag.doc_md

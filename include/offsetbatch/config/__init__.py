@@ -17,7 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from offsetbatch import validation
+from offsetbatch import redact, validation
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import KEY_COLUMN, ValueSettings, settings_for as value_settings_for
 from offsetbatch.paths import bundled_pipelines_dir
@@ -126,8 +126,22 @@ class SparkSettings(_Model):
     connect_conn_id: str | None = Field(
         None, description="an Airflow spark_connect connection: run the job on that long-running Spark Connect "
         "server instead (no JVM start per run); spark-submit through conn_id when unset")
-    conf: dict[str, str] = Field(default_factory=dict)
+    conf: dict[str, str] = Field(default_factory=dict, description="Spark settings of the job; secrets are refused "
+                                 "(they belong in the pipeline's connections, which reach the job in a private file)")
     records_per_task: int = Field(2_000_000, gt=0, description="ranges larger than this are split across Spark tasks")
+
+    @field_validator("conf")
+    @classmethod
+    def _no_secrets(cls, conf: dict[str, str]) -> dict[str, str]:
+        """spark.conf rides on spark-submit's command line for the whole run, in the serialized DAG
+        and in task logs: a secret there is in plain sight (issue 41, case 9)."""
+        secret = sorted(k for k in conf if validation.holds_secret(k))
+        if secret:
+            raise ValueError(f"{', '.join(secret)} would put a secret on spark-submit's command line, in the DAG and "
+                             f"in task logs: remove it. Object-store keys belong in the Airflow connection named by "
+                             f"sink.storage_conn_id, Kafka credentials in kafka.conn_id's; both reach the job in a "
+                             f"private file")
+        return conf
 
     @field_validator("connect_conn_id", mode="before")
     @classmethod
@@ -328,16 +342,17 @@ def _default_home() -> str:
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Read and validate one pipeline YAML file."""
+    """Read and validate one pipeline YAML file. Its errors never show a URL's password (``redact``):
+    they become DAG import errors every UI user reads."""
     path = Path(path)
     try:
         raw = validation.load_yaml(path.read_text())
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read pipeline config: {exc}") from exc
+        raise ConfigError(redact.url(f"{path}: cannot read pipeline config: {exc}")) from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(redact.url(f"{path}: not valid YAML: {exc}")) from None
     except ValueError as exc:  # validation.load_yaml's limit on what aliases expand to
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(redact.url(f"{path}: {exc}")) from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a pipeline config is a YAML mapping, got {type(raw).__name__}")
     os.environ.setdefault("OFFSETBATCH_HOME", _default_home())
@@ -351,4 +366,4 @@ def load_config(path: str | Path) -> PipelineConfig:
         problems = "; ".join(
             f"field '{'.'.join(str(p) for p in err['loc']) or '(top level)'}': {err['msg']}" for err in exc.errors()
         )
-        raise ConfigError(f"{path}: invalid pipeline config: {problems}") from None
+        raise ConfigError(redact.url(f"{path}: invalid pipeline config: {problems}")) from None

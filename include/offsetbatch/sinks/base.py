@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from offsetbatch import storage
+from offsetbatch import redact, storage
 from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
@@ -80,7 +80,11 @@ STORAGE_SCHEMES = ("file", "hdfs", "s3a", "s3", "gs", "abfs", "abfss")
 
 def absolute_location(v: str) -> str:
     """A sink location: an absolute path or a URI (a relative path would depend on each task's
-    working directory), without a trailing ``/``."""
+    working directory), without a trailing ``/``. Credentials in it are refused, unrepeated: they would
+    be in the DAG's documentation, job specs and logs, where a connection keeps them out."""
+    if redact.url(v) != v:
+        raise ValueError(f"{redact.url(v)!r} holds credentials (user:password@); give them to an Airflow connection "
+                         f"(type aws: sink.storage_conn_id) and remove them from the location")
     if "://" not in v and not v.startswith("/"):
         raise ValueError(f"must be an absolute path or a URI, got {v!r}")
     scheme, _, rest = v.partition("://") if "://" in v else ("file", "", v)

@@ -182,3 +182,37 @@ def test_yaml_anchors_of_ordinary_size_still_work(tmp_path):
            "value: {format: raw}\n")
     with pytest.raises(ConfigError, match="'defaults': Extra inputs"):  # anchors parse; the extra key is refused
         load_config(_write(tmp_path, doc))
+
+
+SECRET = "S3cr3tPw"
+
+
+@pytest.mark.parametrize("change, field, shown", [
+    # a mistyped URL (one slash): its password must not reach the DAG import error every UI user reads
+    ({"ledger": {"url": f"postgresql+psycopg2:/user:{SECRET}@host/db"}}, "ledger.url", "postgresql+psycopg2:/user:***@host/db"),
+    ({"sink": {"type": "iceberg", "namespace": "n", "table": "t", "warehouse": "/wh", "staging": "/st",
+               "catalog": f"postgresql+psycopg2:/u:{SECRET}@h/db"}}, "sink", "postgresql+psycopg2:/u:***@h/db"),
+    ({"sink": {"path": f"s3a://KEY:{SECRET}/x@bucket/events", "storage_conn_id": "s3"}}, "sink.path",
+     "'s3a://KEY:***@bucket/events' holds credentials (user:password@); give them to an Airflow connection"),
+])
+def test_a_password_in_a_bad_url_is_never_echoed(tmp_path, change, field, shown):
+    """Issue 41, case 9: config errors become DAG import errors every UI user reads."""
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, {**GOOD, **change}))
+    text = str(err.value)
+    assert SECRET not in text and f"field '{field}" in text and shown in text, text
+
+
+@pytest.mark.parametrize("key", ["spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key",
+                                 "spark.hadoop.fs.s3a.session.token", "spark.ssl.keyStorePassword",
+                                 "spark.authenticate.secret"])
+def test_secret_spark_settings_are_refused_pointing_at_connections(tmp_path, key):
+    """spark.conf rides on spark-submit's command line, in the serialized DAG and in task logs."""
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, {**GOOD, "spark": {"conf": {key: SECRET, "spark.sql.shuffle.partitions": "4"}}}))
+    text = str(err.value)
+    assert f"field 'spark.conf': Value error, {key} would put a secret on spark-submit's command line" in text
+    assert "sink.storage_conn_id" in text and SECRET not in text
+    ok = load_config(_write(tmp_path, {**GOOD, "spark": {"conf": {
+        "spark.kubernetes.driver.secretKeyRef.PW": "db-secret:password", "spark.sql.shuffle.partitions": "4"}}}))
+    assert ok.spark.conf["spark.sql.shuffle.partitions"] == "4"
