@@ -330,7 +330,26 @@ class _LimitedLoader(yaml.SafeLoader):
         size(node)
         return super().construct_document(node)
 
+    def construct_mapping(self, node: "yaml.MappingNode", deep: bool = False):
+        """A key given twice is refused: PyYAML keeps the last one silently, so a setting written
+        twice would lose the first without a word (the ``<<`` merge key keeps its meaning)."""
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # PyYAML refuses an unhashable key itself, with its own message
+            if key in seen:
+                raise ValueError(f"key {key!r} is given twice in one mapping (lines {seen[key] + 1} and "
+                                 f"{key_node.start_mark.line + 1}); YAML would keep only the last: remove one")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
 
 def load_yaml(text: str):
-    """``yaml.safe_load`` with ``_LimitedLoader``'s bound (``ValueError`` past it)."""
+    """``yaml.safe_load`` with ``_LimitedLoader``'s bound and its refusal of a key given twice
+    (``ValueError`` for either)."""
     return yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 - a SafeLoader subclass

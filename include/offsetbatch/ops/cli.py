@@ -400,7 +400,7 @@ def cmd_pools(args, out: Console) -> int:
         print(f"offsetbatch pools: no pool (and no DAG) until this is fixed: {problem}", file=sys.stderr)
     _print_json(out, {c.pool: {"slots": 1, "description": f"offsetbatch pipeline {c.name}: one task at a time",
                                "include_deferred": False} for c in found.configs.values()})
-    return EXIT_OK
+    return EXIT_USAGE if found.missing else EXIT_OK  # a folder or file that is not there: the caller named it
 
 
 def cmd_doctor(args, out: Console) -> int:

@@ -216,3 +216,11 @@ def test_secret_spark_settings_are_refused_pointing_at_connections(tmp_path, key
     ok = load_config(_write(tmp_path, {**GOOD, "spark": {"conf": {
         "spark.kubernetes.driver.secretKeyRef.PW": "db-secret:password", "spark.sql.shuffle.partitions": "4"}}}))
     assert ok.spark.conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
+    """Issue 41, case 15: YAML keeps the last of two equal keys without a word."""
+    path = _write(tmp_path, "name: orders\nkafka: {topics: [orders]}\nsink:\n  path: /data/orders\n  path: /data/other\n")
+    with pytest.raises(ConfigError, match=r"p.yaml: key 'path' is given twice in one mapping \(lines 4 and 5\); YAML "
+                                          r"would keep only the last: remove one"):
+        load_config(path)

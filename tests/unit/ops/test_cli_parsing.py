@@ -427,3 +427,10 @@ def test_pools_prints_one_single_slot_pool_per_pipeline_and_names_a_broken_confi
     assert json.loads(out) == {"offsetbatch_orders": {"slots": 1, "include_deferred": False,
                                                       "description": "offsetbatch pipeline orders: one task at a time"}}
     assert "no pool (and no DAG) until this is fixed" in err and "broken.yaml" in err
+
+
+def test_pools_of_a_folder_that_is_not_there_fails(tmp_path, capsys):
+    """Issue 41, case 15: a mistyped folder exited 0 with no pool, and setup carried on."""
+    code, out, err = _run(capsys, "--pipelines", str(tmp_path / "no_such_folder"), "pools")
+    assert code == cli.EXIT_USAGE and json.loads(out) == {}
+    assert "no_such_folder" in err and "no pool (and no DAG) until this is fixed" in err
