@@ -10,7 +10,7 @@ from offsetbatch import storage
 from offsetbatch.errors import ConfigError
 from offsetbatch.model import OffsetRange
 
-# 5: ``role`` and ``value_options``; 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id``
+# 5: ``role``, ``value_options``, ``transform_system_access``; 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id``
 # and ``output_id``
 SPEC_VERSION = 5
 READABLE_VERSIONS = (2, 3, 4, 5)  # an older spec is a v5 one without what came later (PLAINTEXT, no Avro)
@@ -29,6 +29,7 @@ class JobSpec:
     required: list[str] = field(default_factory=list)
     transform_sql: str | None = None
     transform_python: str | None = None
+    transform_system_access: bool = False  # transform.allow_system_access: Spark's ${env:...} substitution stays on
     isolation_level: str = "read_uncommitted"
     records_per_task: int = 2_000_000
     # Non-secret ``kafka.*`` options of Spark's Kafka source (``KafkaClientConfig.spark_options``);

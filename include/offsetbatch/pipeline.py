@@ -96,7 +96,8 @@ class Pipeline:
             kafka_options=client.spark_options(), ranges=[r.to_dict() for r in batch.ranges],
             sink=cfg.sink.model_dump(), value_format=cfg.value.format, schema_ddl=cfg.value.schema_ddl,
             required=list(cfg.value.required), transform_sql=cfg.transform.sql,
-            transform_python=cfg.transform.python, isolation_level=cfg.kafka.isolation_level,
+            transform_python=cfg.transform.python, transform_system_access=cfg.transform.allow_system_access,
+            isolation_level=cfg.kafka.isolation_level,
             records_per_task=cfg.spark.records_per_task, value_schemas=value_schemas,
             schema_id=cfg.value.schema_id, value_options=cfg.value.options, key=key_settings,
         )

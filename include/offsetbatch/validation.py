@@ -120,12 +120,36 @@ def check_system_access(sql: str) -> None:
     from sqlglot import exp
 
     called = sorted(sql_functions(sql) & SYSTEM_FUNCTIONS)
-    files = sorted(f"{t.db}.`{t.name}`" for t in _query(sql).find_all(exp.Table) if t.db.lower() in FILE_SOURCES)
-    if called or files:
-        what = ", ".join([f"{name}(...)" for name in called] + files)
+    tables = list(_query(sql).find_all(exp.Table))
+    files = sorted(f"{t.db}.`{t.name}`" for t in tables if t.db.lower() in FILE_SOURCES)
+    files += sorted(named for t in tables if (named := _identifier_table(t)))
+    variables = sorted(set(VARIABLE.findall(sql)))
+    if called or files or variables:
+        what = ", ".join([f"{name}(...)" for name in called] + files + variables)
         raise ValueError(f"reaches past the records into the JVM or the job hosts' files ({what}): such SQL can read "
                          f"the job's environment and any file its user may read. Remove it, or set "
                          f"transform.allow_system_access: true if this pipeline's SQL is trusted")
+
+
+# Spark's variable substitution (``${env:NAME}``, ``${system:name}``, ``${spark.conf}``) would put the
+# job's environment into the output; the job turns it off (``spark.sql.variable.substitute``) unless
+# transform.allow_system_access, and such SQL is refused at load like the functions above.
+VARIABLE = re.compile(r"\$\{[^}]*\}")
+
+
+def _identifier_table(table: "exp.Table") -> str | None:
+    """``IDENTIFIER('text.`/etc/hostname`')`` as a table is a path table too: named when its text is
+    a file source's path (or is not a literal at all, so nobody can tell)."""
+    from sqlglot import exp
+
+    func = table.this
+    if not (isinstance(func, exp.Anonymous) and func.name.lower() == "identifier"):
+        return None
+    arg = func.expressions[0] if func.expressions else None
+    if not (isinstance(arg, exp.Literal) and arg.is_string):
+        return "IDENTIFIER(<an expression>)"
+    source = arg.this.split(".", 1)[0].strip("`").lower() if "." in arg.this else ""
+    return f"IDENTIFIER({arg.this!r})" if source in FILE_SOURCES else None
 
 
 def nondeterministic_functions(sql: str) -> list[str]:

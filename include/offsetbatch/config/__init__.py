@@ -2,7 +2,8 @@
 
 A bad file raises ``ConfigError`` naming the file and the field, so it shows up as a readable
 DAG import error in the Airflow UI rather than a stack trace. ``${VAR}`` and ``${VAR:-default}``
-in string values are expanded from the environment (sink paths, connection ids).
+in string values are expanded from the environment (sink paths, connection ids, names), never in
+``transform.sql``.
 """
 
 from __future__ import annotations
@@ -77,8 +78,9 @@ class TransformSettings(_Model):
     sql: str | None = Field(None, description="Spark SQL over the view 'records'")
     python: str | None = Field(None, description="dotted path 'module.function' taking and returning a DataFrame")
     allow_system_access: bool = Field(
-        False, description="let 'sql' call reflect/java_method or read files as tables (validation.SYSTEM_FUNCTIONS): "
-                           "such SQL can read the job's environment and its hosts' files")
+        False, description="let 'sql' call reflect/java_method, read files as tables (validation.SYSTEM_FUNCTIONS, "
+                           "IDENTIFIER over a path) or use Spark's ${env:...} substitution: such SQL can read the "
+                           "job's environment and its hosts' files")
 
     @field_validator("sql")
     @classmethod
@@ -319,7 +321,15 @@ class PipelineConfig(_Model):
 _ENV = re.compile(r"\$\{([A-Za-z_]\w*)(?::-([^}]*))?\}")
 
 
-def _expand(value):
+# Never expanded: the SQL reaches the job spec (on the table's storage) and the task log, so a
+# ``${VAR}`` holding a secret (a connection's JSON) would be in plain sight there; such SQL is
+# refused (``validation.VARIABLE``) unless transform.allow_system_access.
+_NOT_EXPANDED = (("transform", "sql"),)
+
+
+def _expand(value, path: tuple = ()):
+    if path in _NOT_EXPANDED:
+        return value
     if isinstance(value, str):
         def sub(m: re.Match) -> str:
             if m.group(1) in os.environ:
@@ -329,9 +339,9 @@ def _expand(value):
             raise KeyError(m.group(1))
         return _ENV.sub(sub, value)
     if isinstance(value, dict):
-        return {k: _expand(v) for k, v in value.items()}
+        return {k: _expand(v, (*path, k)) for k, v in value.items()}
     if isinstance(value, list):
-        return [_expand(v) for v in value]
+        return [_expand(v, path) for v in value]
     return value
 
 

@@ -1,12 +1,15 @@
-"""The environment the Spark job starts with: the task's, less every secret it holds.
+"""The environment the Spark job starts with: what Spark, Java, Hadoop and Python need of the task's,
+and nothing else.
 
-Airflow connections and variables given as environment variables (``AIRFLOW_CONN_*``,
-``AIRFLOW_VAR_*``; the README's and docker-compose's way) carry passwords, and Airflow's own
-secrets (``AIRFLOW__CORE__FERNET_KEY``, ``..._SQL_ALCHEMY_CONN``, the API's JWT secret) are
-settings of the same kind. ``spark-submit`` hands its environment to the driver's JVM, the job's
-Python and every Python worker, where a transform could read it (``reflect('java.lang.System',
-'getenv', ...)``) and a heap dump or ``/proc/<pid>/environ`` shows it. The job needs none of them:
-its connections' secrets reach it in a private file (``offsetbatch.job_secrets``).
+The task's environment holds Airflow's connections and variables (``AIRFLOW_CONN_*``,
+``AIRFLOW_VAR_*``), Airflow's own secrets (``AIRFLOW__CORE__FERNET_KEY``, the API's secret key, a
+secrets backend's kwargs, the Celery broker's URL, an OpenLineage transport's API key) and whatever
+the deployment adds (``AWS_SECRET_ACCESS_KEY``). ``spark-submit`` hands its environment to the
+driver's JVM, the job's Python and every Python worker, where a transform could read it and a heap
+dump or ``/proc/<pid>/environ`` shows it. So it is an allow-list: Spark's, Java's, Hadoop's and
+Python's own settings, the locale, temporary folders, certificates and proxies, and offsetbatch's
+own, less any of those whose name says it is a secret. The job's connections' secrets reach it in a
+private file (``offsetbatch.job_secrets``), and ``spark.conf`` cannot hold one (refused at load).
 """
 
 from __future__ import annotations
@@ -15,21 +18,28 @@ import os
 import re
 from collections.abc import Mapping
 
-# Whole families that hold secrets, and any setting whose name ends saying it is one (Airflow's
-# ``_CMD``/``_SECRET`` variants of a setting included). Spark's own variables are for Spark.
-_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_")
+_KEPT_PREFIXES = ("SPARK_", "_SPARK_", "PYSPARK_", "JAVA_", "JDK_", "HADOOP_", "YARN_", "PYTHON", "LC_", "OFFSETBATCH_",
+                  "OPENBLAS_", "OMP_", "MKL_", "ARROW_", "KRB5", "LD_")
+_KEPT = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
+                   "HOSTNAME", "PWD", "VIRTUAL_ENV", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+                   "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
+# A setting whose name ends saying it is a secret (``_CMD``/``_SECRET`` variants included) is dropped
+# even among the kept; Spark's own variables (``_SPARK_AUTH_SECRET``) are Spark's business.
 _SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|FERNET_KEY|PRIVATE_KEY|SQL_ALCHEMY_CONN|CREDENTIALS?)"
                           r"(_CMD|_SECRET)?$", re.IGNORECASE)
 _SPARKS_OWN = ("SPARK_", "_SPARK_", "PYSPARK_")
 
 
-def is_secret(name: str) -> bool:
+def is_kept(name: str) -> bool:
+    """Whether the job gets variable ``name`` of the task's environment."""
     if name.startswith(_SPARKS_OWN):
+        return True
+    if _SECRET_NAME.search(name):
         return False
-    return name.startswith(_PREFIXES) or bool(_SECRET_NAME.search(name))
+    return name in _KEPT or name.startswith(_KEPT_PREFIXES)
 
 
 def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) without the variables ``is_secret`` names."""
+    """``environ`` (default: this process's) with only what ``is_kept`` allows."""
     source = os.environ if environ is None else environ
-    return {k: v for k, v in source.items() if not is_secret(k)}
+    return {k: v for k, v in source.items() if is_kept(k)}

@@ -22,6 +22,8 @@ def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
         return getattr(importlib.import_module(module), func)(good)
     if not spec.transform_sql:
         return good
+    # ${env:NAME} would copy the job's environment into the output (issue 41, case 8)
+    spark.conf.set("spark.sql.variable.substitute", "true" if spec.transform_system_access else "false")
     if is_remote_session(spark):
         return _connect_sql(spark, spec.transform_sql, good)
     good.createOrReplaceTempView("records")

@@ -86,6 +86,13 @@ def test_defaults(tmp_path):
      "(text.`/etc/passwd`)"),
     ({"transform": {"sql": "SELECT id, java_method('java.lang.Runtime', 'getRuntime') FROM records"}}, "transform",
      "java_method(...)"),
+    # issue 41, case 8: Spark's variable substitution and IDENTIFIER over a path reach the same places
+    ({"transform": {"sql": "SELECT id, '${env:AWS_SECRET_ACCESS_KEY}' AS k FROM records"}}, "transform",
+     "'sql' reaches past the records into the JVM or the job hosts' files (${env:AWS_SECRET_ACCESS_KEY})"),
+    ({"transform": {"sql": "SELECT r.id, h.value FROM records r CROSS JOIN IDENTIFIER('text.`/etc/hostname`') h"}},
+     "transform", "(IDENTIFIER('text.`/etc/hostname`'))"),
+    ({"transform": {"sql": "SELECT id, '${OB_SECRET_JSON}' AS c FROM records"}}, "transform",
+     "(${OB_SECRET_JSON})"),
     ({"sink": {"path": "/data/orders", "event_time_column": "created_at"}}, "(top level)",
      "sink.event_time_column 'created_at' is not a column of the output (its columns: kafka_topic, kafka_partition, "
      "kafka_offset, kafka_timestamp, kafka_key, kafka_headers, id, amount, tags)"),
@@ -224,3 +231,15 @@ def test_a_key_given_twice_is_refused_naming_both_lines(tmp_path):
     with pytest.raises(ConfigError, match=r"p.yaml: key 'path' is given twice in one mapping \(lines 4 and 5\); YAML "
                                           r"would keep only the last: remove one"):
         load_config(path)
+
+
+def test_yaml_variables_are_expanded_in_paths_but_never_in_the_sql(tmp_path, monkeypatch):
+    """A ``${VAR}`` holding a secret (a connection's JSON) would reach the job spec and the task log
+    through the SQL: it is expanded everywhere else, and in the SQL only refused (issue 41, case 8)."""
+    monkeypatch.setenv("OB_ROOT", "/data")
+    monkeypatch.setenv("OB_SECRET_JSON", '{"password": "p"}')
+    cfg = load_config(_write(tmp_path, {**GOOD, "sink": {"path": "${OB_ROOT}/orders"}}))
+    assert cfg.sink.path == "/data/orders"
+    sql = "SELECT id, '${OB_SECRET_JSON}' AS c FROM records"
+    trusted = load_config(_write(tmp_path, {**GOOD, "transform": {"sql": sql, "allow_system_access": True}}))
+    assert trusted.transform.sql == sql  # not expanded, even where allowed
