@@ -88,6 +88,7 @@ class SchemaRegistryServer:
         self.requests: list[tuple[str, str]] = []  # (method, path with query)
         self._schemas: list[_Schema] = []
         self._subjects: dict[str, list[int]] = {}  # subject -> schema ids, version n at index n-1
+        self._deleted: set[tuple[str, int]] = set()  # soft-deleted (subject, version)
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._httpd.daemon_threads = True
@@ -129,6 +130,12 @@ class SchemaRegistryServer:
                 versions.append(found.id)
             return found
 
+    def soft_delete(self, subject: str, version: int) -> None:
+        """What ``DELETE /subjects/{subject}/versions/{version}`` does: the version is no longer
+        listed or served by subject and version, while its schema id still resolves."""
+        with self._lock:
+            self._deleted.add((subject, version))
+
     def _by_id(self, schema_id: int) -> _Schema:
         if not 1 <= schema_id <= len(self._schemas):
             raise _ApiError(404, 40403, "Schema not found")
@@ -136,14 +143,15 @@ class SchemaRegistryServer:
 
     def _version(self, subject: str, version: str) -> tuple[int, _Schema]:
         versions = self._subjects.get(subject)
-        if not versions:
+        live = [n for n in range(1, len(versions or []) + 1) if (subject, n) not in self._deleted]
+        if not live:
             raise _ApiError(404, 40401, f"Subject '{subject}' not found.")
         if version == "latest" or version == "-1":
-            return len(versions), self._by_id(versions[-1])
+            return live[-1], self._by_id(versions[live[-1] - 1])
         if not version.isdigit() or int(version) < 1:
             raise _ApiError(422, 42202, f"The specified version '{version}' is not a valid version id. Allowed "
                                         f"values are between [1, 2^31-1] and the string \"latest\"")
-        if int(version) > len(versions):
+        if int(version) > len(versions) or (subject, int(version)) in self._deleted:
             raise _ApiError(404, 40402, f"Version {version} not found.")
         return int(version), self._by_id(versions[int(version) - 1])
 
@@ -179,7 +187,11 @@ class SchemaRegistryServer:
             case ("GET", ["subjects", subject, "versions"]):
                 if subject not in self._subjects:
                     raise _ApiError(404, 40401, f"Subject '{subject}' not found.")
-                return list(range(1, len(self._subjects[subject]) + 1))
+                return [n for n in range(1, len(self._subjects[subject]) + 1) if (subject, n) not in self._deleted]
+            case ("DELETE", ["subjects", subject, "versions", version]) if version.isdigit():
+                self._version(subject, version)  # 404 for an unknown or deleted one
+                self.soft_delete(subject, int(version))
+                return int(version)
             case ("GET", ["subjects"]):
                 return sorted(self._subjects)
             case ("GET", ["associations", "resources", _namespace, _name]):
@@ -226,6 +238,9 @@ class SchemaRegistryServer:
 
             def do_POST(self) -> None:  # noqa: N802
                 self._serve("POST")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._serve("DELETE")
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet: ``requests`` logs
                 pass

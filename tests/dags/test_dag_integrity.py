@@ -129,3 +129,39 @@ def test_a_dropped_in_config_gets_its_dag_and_a_bad_one_hides_no_other(installed
     assert set(bag.dags) == {"offsetbatch_alpha", "offsetbatch_beta", "offsetbatch_gamma"}
     message = next(iter(bag.import_errors.values()))
     assert "alpha_again.yaml: pipeline name 'alpha' is already used by" in message and str(bad) in message
+
+
+def test_a_table_named_in_any_script_gets_an_ascii_asset_and_its_dag(installed):
+    """Issue 41, case 13: Airflow refuses a non-ASCII asset URI; the outlet names the folder
+    percent-encoded (RFC 3986), so the pipeline has its DAG and its commit its asset event."""
+    pipelines, _, bad = installed
+    bad.unlink()
+    (pipelines / "events.yaml").write_text(_pipeline_yaml("events", pipelines.parent).replace(
+        "/tables/events", "/tables/événements"))
+    dags = pipeline_dags()
+    [asset] = dags["offsetbatch_events"].get_task("commit").outlets
+    assert asset.uri == f"file://{pipelines.parent}/tables/%C3%A9v%C3%A9nements"
+    raise_config_errors()  # nothing to report
+
+
+def test_a_dag_that_cannot_be_built_hides_no_other_and_is_an_import_error(installed, monkeypatch):
+    """Issue 41, case 13: one pipeline whose DAG cannot be built (here its sink cannot name its
+    asset) is skipped by the DAGs file and named by the errors file; the others keep their DAGs."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from offsetbatch.sinks.files import FilesSink
+
+    pipelines, dags, bad = installed
+    bad.unlink()
+    real = FilesSink.asset_uri
+
+    def refused(self):
+        if self.pipeline_name == "beta":
+            raise ValueError("URI must be ascii")
+        return real(self)
+    monkeypatch.setattr(FilesSink, "asset_uri", refused)
+    bag = DagBag(dag_folder=str(dags))
+    assert set(bag.dags) == {"offsetbatch_alpha"}
+    assert [str(k).rsplit("/", 1)[-1] for k in bag.import_errors] == ["offsetbatch_pipeline_errors.py"]
+    message = next(iter(bag.import_errors.values()))
+    assert f"{pipelines / 'beta.yml'}: pipeline beta's DAG cannot be built: ValueError: URI must be ascii" in message

@@ -64,14 +64,39 @@ def pipeline_dags(sources: str | None = None) -> dict:
     found = installed.read(sources)
     for message in (*found.missing, *found.errors):
         log.error("offsetbatch: pipeline config skipped, it has no DAG: %s", message)
-    return {cfg.dag_id: _build(Pipeline(cfg), Path(cfg.source_file)) for cfg in found.configs.values()}
+    dags = {}
+    for cfg in found.configs.values():
+        try:
+            dags[cfg.dag_id] = _build(Pipeline(cfg), Path(cfg.source_file))
+        except Exception as exc:  # noqa: BLE001 - one pipeline's DAG must never hide the others'
+            log.error("offsetbatch: pipeline config skipped, it has no DAG: %s", _build_error(cfg, exc))
+    return dags
+
+
+def _build_error(cfg, exc: Exception) -> str:
+    """The import-error line of a config that loads but whose DAG cannot be built."""
+    return (f"{cfg.source_file}: pipeline {cfg.name}'s DAG cannot be built: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}")
+
+
+def _buildable(cfg) -> str | None:
+    """What ``_build`` would fail on before any task runs (the DAG's outlet: Airflow refuses an asset
+    URI it cannot take), checked without building the whole DAG; ``None`` when nothing."""
+    from airflow.sdk import Asset
+
+    try:
+        uri = Pipeline(cfg).sink.asset_uri()
+        Asset(name=uri, uri=uri)
+    except Exception as exc:  # noqa: BLE001 - reported, as the DAG factory skips it
+        return _build_error(cfg, exc)
+    return None
 
 
 def raise_config_errors(sources: str | None = None) -> None:
     """Raise ``ConfigError`` naming every installed config file that does not load (the DAG import
     error of the DAG file that calls it); return when all load."""
     found = installed.read(sources)
-    errors = [*found.missing, *found.errors]
+    errors = [*found.missing, *found.errors, *filter(None, (_buildable(cfg) for cfg in found.configs.values()))]
     if errors:
         raise ConfigError(f"{len(errors)} offsetbatch pipeline config(s) have no DAG until fixed "
                           f"(the other pipelines are not affected):\n" + "\n".join(errors))

@@ -93,11 +93,12 @@ def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: R
     result = plan_for_run(pipeline, ledger, kafka, run)
     client = kafka.client
     faults.checkpoint("plan.after_commit")
+    per_batch: dict[int, Schemas] = {}
     if result.needs_work and schemas and any(schemas.values()):
-        schemas = batch_schemas.pin(pipeline, ledger, result.batches, schemas)
+        per_batch = batch_schemas.pin(pipeline, ledger, result.batches, schemas)
     batches = [{"batch_id": b.batch_id, "kind": b.kind, "target": b.target_batch_id, "records": b.records,
                 "ranges": [str(r) for r in b.ranges],
-                "spec": write_spec(pipeline, client, b, schemas) if result.needs_work else None}
+                "spec": write_spec(pipeline, client, b, per_batch.get(b.batch_id)) if result.needs_work else None}
                for b in result.batches]
     return {"pipeline": cfg.name, "mode": request.mode, "outcome": result.outcome,
             "needs_work": result.needs_work, "batches": batches, "gaps": [vars(g) for g in result.gaps],

@@ -110,6 +110,25 @@ def refreshed(settings: "ValueSettings", schemas: ValueSchemas | None, ctx: Sche
         return _with_writers(schemas, reg, f"pipeline {ctx.pipeline}")
 
 
+def with_planned(schemas: ValueSchemas | None, planned: dict | None) -> ValueSchemas | None:
+    """``schemas`` plus every writer ``planned`` (a replayed batch's job spec) had that they lack: a
+    writer version soft-deleted from the registry since (no longer listed, so not among today's) still
+    decodes the records the first run accepted. Each is checked against today's reader again."""
+    if schemas is None or not planned:
+        return schemas
+    writers = dict(schemas.writers)
+    kept = []
+    for key, old in (planned.get("writers") or {}).items():
+        if key not in writers:
+            writers[key] = {**_writer(schemas.reader, old["schema"], None),
+                            **{k: old.get(k) for k in ("guid", "subject", "version")}}
+            kept.append(key)
+    if kept:
+        log.info("writer schema id(s) %s: no longer listed by the registry, kept from the replayed batch's plan",
+                 ", ".join(sorted(kept, key=int)))
+    return replace(schemas, writers=writers)
+
+
 def _open(settings: "ValueSettings", ctx: SchemaContext) -> "SchemaRegistry":
     if ctx.registry is not None:
         return ctx.registry()

@@ -69,6 +69,11 @@ class AvroFormat(ValueFormat):
         return avro_schemas.of_file(value, context)
 
     @classmethod
+    def keep_planned(cls, value: "ValueSettings", schemas: "ValueSchemas | None",
+                     planned: dict | None) -> "ValueSchemas | None":
+        return avro_schemas.with_planned(schemas, planned)
+
+    @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
         from pyspark.sql import functions as F
 

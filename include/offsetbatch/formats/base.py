@@ -175,6 +175,13 @@ class ValueFormat(ABC):
         return schemas
 
     @classmethod
+    def keep_planned(cls, value: "ValueSettings", schemas: "ResolvedSchemas | None",
+                     planned: dict | None) -> "ResolvedSchemas | None":
+        """A replay's schemas: ``schemas`` (today's) still able to decode what the replayed batch was
+        planned with (``planned``: its job spec's schemas, ``None`` when it had none)."""
+        return schemas
+
+    @classmethod
     def output_columns(cls, value: "ValueSettings", base_dir: "Path | None" = None) -> list[str] | None:
         """The columns of a good record's output row when no transform changes them (``None``: known
         only when a batch is planned)."""

@@ -68,7 +68,9 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
 
     def asset_uri(self) -> str:
         """``file:///table`` for a local table, the table's own URI otherwise (``s3://…``)."""
-        return self.settings.path if "://" in self.settings.path else f"file://{self.settings.path}"
+        from offsetbatch.sinks.uris import ascii_uri
+
+        return ascii_uri(self.settings.path if "://" in self.settings.path else f"file://{self.settings.path}")
 
     @classmethod
     def at(cls, table: str, pipeline_name: str = "", storage_conn_id: str | None = None) -> "FilesSink":

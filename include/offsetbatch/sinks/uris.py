@@ -21,6 +21,14 @@ import sqlalchemy as sa
 log = logging.getLogger(__name__)
 
 
+def ascii_uri(uri: str) -> str:
+    """``uri`` with its non-ASCII characters percent-encoded (UTF-8), as RFC 3986 writes them:
+    Airflow refuses an asset URI that is not ASCII, and a table folder may be named in any script."""
+    from urllib.parse import quote
+
+    return "".join(c if c.isascii() else quote(c) for c in uri)
+
+
 def kafka_topic_uri(conn_id: str, topic: str) -> str:
     from offsetbatch.source.connection import from_connection
 

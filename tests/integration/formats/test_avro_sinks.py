@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 
+import pyarrow.dataset as pads
 import pytest
 import yaml
 from harness import avro_pipeline, produce_avro, set_reader_version
@@ -66,3 +67,29 @@ def test_a_field_added_by_the_reader_becomes_a_nullable_column_on_replay(make_pi
         got = dict(rows(["event_id", "referrer"]))
         assert got == {i: (referrer_of(e) if i in v2 else None) for i, e in {**v1, **v2}.items()}
         assert any(got.values())
+
+
+def test_a_replay_decodes_with_the_writers_its_batch_was_planned_with(make_pipeline):
+    """Issue 41, case 7: after batch 1 committed, its writer version was soft-deleted (no longer
+    listed by the subject; its id still resolves) and v2 registered. The replay of batch 1 decodes
+    with the writers it was planned with as well as today's: every record it accepted is still in
+    the table (read with pyarrow), none turned into a rejection that replaced it."""
+    with SchemaRegistryServer() as registry:
+        p = avro_pipeline(make_pipeline, registry.url, version="latest", suffix="_sd")
+        produce_avro(p, registry.url, EVENT_V1, "prefix", 200, seed=1, start=BASE)
+        first = p.run(BASE)
+        assert first.ok, first.output[-4000:]
+        accepted = p.ledger.get_batch(p.name, 1).stats["rows_out"]
+
+        subject = f"{p.topic}-value"
+        registry.register(subject, EVENT_V2)
+        registry.soft_delete(subject, 1)
+        replay = p.run(None, conf={"mode": "replay", "batch_ids": "1", "reason": "writer v1 soft-deleted"})
+        assert replay.ok, replay.output[-4000:]
+        assert "no longer listed by the registry, kept from the replayed batch's plan" in replay.output
+        table = pads.dataset(p.table, format="parquet", partitioning="hive", ignore_prefixes=["_", "."]).to_table()
+        assert sorted(table.column("event_id").to_pylist()) == sorted(p.expected_ids())
+        assert table.num_rows == accepted == p.ledger.get_batch(p.name, 2).stats["rows_out"]
+        report = p.check()
+        assert report.ok, report.summary()
+
