@@ -13,6 +13,8 @@ import json
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 from offsetbatch.config import installed
 from offsetbatch.ledger import Ledger
@@ -22,6 +24,8 @@ from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.connection import from_connection
 
 log = logging.getLogger(__name__)
+STATUS_TIMEOUT_S = 5.0  # how long a page waits for one pipeline's cluster
+RETRY_AFTER_S = 60.0  # a cluster that did not answer is shown as such this long before it is asked again
 
 
 class Sources:
@@ -31,6 +35,10 @@ class Sources:
         self._pipelines: tuple[tuple, dict[str, Pipeline]] | None = None
         self._ledgers: dict[str, Ledger] = {}
         self._kafka: dict[str, tuple[KafkaAdmin, threading.Lock]] = {}
+        # Status checks run here, so a page stops waiting for a cluster that does not answer.
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="offsetbatch-ui-kafka")
+        self._checks: dict[tuple[str, str], Future] = {}  # (cluster, pipeline) -> its check in flight
+        self._failed: dict[str, tuple[float, str]] = {}  # cluster -> (when, what) it last failed
 
     def pipelines(self) -> dict[str, Pipeline]:
         """The installed pipelines (``config.installed``, as the DAGs and the CLI read them), re-read
@@ -57,17 +65,48 @@ class Sources:
             return self._ledgers[url]
 
     def status(self, pipeline: Pipeline, ledger: Ledger) -> dict:
-        """Frontier vs. log end per partition (``status.pipeline_status``); Kafka trouble is reported, not raised."""
+        """Frontier vs. log end per partition (``status.pipeline_status``); Kafka trouble is reported,
+        not raised. Bounded: a page waits at most ``STATUS_TIMEOUT_S`` for one pipeline's cluster, and a
+        cluster that did not answer is shown as such, not asked again, for ``RETRY_AFTER_S``, so one
+        pipeline whose Kafka hangs never holds up the others' pages (issue 41, case 12)."""
         cfg = pipeline.cfg
         try:
             client = from_connection(cfg.kafka.conn_id)
         except Exception as exc:  # noqa: BLE001 - the ledger side is still worth showing
-            st = pipeline_status(pipeline, ledger, None, batches=0)
-            st.kafka_error = f"connection '{cfg.kafka.conn_id}': {exc}"
-            return st.to_dict()
+            return self._without_kafka(pipeline, ledger, f"connection '{cfg.kafka.conn_id}': {exc}")
         # One client per connection and isolation level: two connections to one cluster may be two users.
         settings = hashlib.sha256(json.dumps(client.settings, sort_keys=True).encode()).hexdigest()[:16]
         bootstrap = f"{cfg.kafka.conn_id}|{cfg.kafka.isolation_level}|{settings}"  # a changed password: a new client
+        with self._lock:
+            failed = self._failed.get(bootstrap)
+            if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
+                age = time.monotonic() - failed[0]
+                return self._without_kafka(pipeline, ledger, f"{failed[1]} (checked {age:.0f} s ago; asked again "
+                                                             f"{RETRY_AFTER_S - age:.0f} s from now)")
+            check = self._checks.get((bootstrap, cfg.name))
+            if check is None or check.done():
+                check = self._checks[(bootstrap, cfg.name)] = self._pool.submit(
+                    self._kafka_status, pipeline, ledger, client, bootstrap)
+        try:
+            return check.result(timeout=STATUS_TIMEOUT_S)
+        except FutureTimeout:
+            problem = f"Kafka {client.describe()} did not answer within {STATUS_TIMEOUT_S:.0f} s"
+            with self._lock:
+                self._failed[bootstrap] = (time.monotonic(), problem)
+            log.warning("offsetbatch UI: pipeline %s: %s; shown as unreachable for %.0f s", cfg.name, problem,
+                        RETRY_AFTER_S)
+            return self._without_kafka(pipeline, ledger, problem)
+
+    def _without_kafka(self, pipeline: Pipeline, ledger: Ledger, problem: str) -> dict:
+        st = pipeline_status(pipeline, ledger, None, batches=0)
+        st.kafka_error = problem
+        out = st.to_dict()
+        out["checked_at"] = time.time()
+        return out
+
+    def _kafka_status(self, pipeline: Pipeline, ledger: Ledger, client, bootstrap: str) -> dict:
+        """One pipeline's status with its cluster's admin client (opened once and kept)."""
+        cfg = pipeline.cfg
         with self._lock:
             entry = self._kafka.get(bootstrap)
         try:
@@ -81,6 +120,11 @@ class Sources:
         except Exception as exc:  # noqa: BLE001
             st = pipeline_status(pipeline, ledger, None, batches=0)
             st.kafka_error = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if st.kafka_error:
+                self._failed[bootstrap] = (time.monotonic(), st.kafka_error)
+            else:
+                self._failed.pop(bootstrap, None)
         if st.kafka_error:
             self._drop_kafka(bootstrap)
         out = st.to_dict()
