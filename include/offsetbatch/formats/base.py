@@ -3,8 +3,11 @@ records it rejects (``_error`` set, with the reason).
 
 Every format's ``parse`` returns the Kafka metadata columns (``META``), ``value``, the parsed fields
 and ``_error`` (NULL for good records). ``check`` validates the pipeline's ``value:`` settings at
-config load, so a wrong combination fails at DAG parse, naming the field. Nothing here imports
-pyspark at module level.
+config load, so a wrong combination fails at DAG parse, naming the field. The seam, in this one
+module (as ``sinks/base.py`` holds the sink's): the settings every format draws from
+(``ValueSettings``), the ``ValueFormat`` a format subclasses, with its plan-time schema hook and its
+jars, and the registry (``FORMATS``, ``register_format``). Nothing here imports pyspark at module
+level.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ class RegistrySubject(_Settings):
 
 
 class ValueSettings(_Settings):
-    format: str = Field("json", description="a registered value format (``formats.registry``): 'json', 'raw', "
+    format: str = Field("json", description="a registered value format (``formats.FORMATS``): 'json', 'raw', "
                         "'avro', 'confluent-avro' or 'confluent-json' built in")
     schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
     required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
@@ -91,7 +94,7 @@ class ValueSettings(_Settings):
 
     @model_validator(mode="after")
     def _fits_format(self) -> "ValueSettings":
-        FORMATS[self.format].check(self)
+        format_of(self.format).check(self)
         return self
 
     @property
