@@ -49,7 +49,7 @@ def _reset(cfg, ledger: Ledger, bootstrap: str) -> None:
     with ledger.engine.begin() as conn:
         for t in (ranges, batches, frontier, gaps, events):
             conn.execute(t.delete().where(t.c.pipeline == cfg.name))
-    storage.remove(cfg.sink.path)
+    storage.remove(cfg.sink.root)
     if cfg.sink.type == "iceberg":
         _drop_iceberg_tables(cfg)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)

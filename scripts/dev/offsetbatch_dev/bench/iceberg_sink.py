@@ -81,7 +81,7 @@ def commit_costs(work: Path, files: int, rows: int) -> dict[str, dict[str, float
     }
     out: dict[str, dict[str, float]] = {}
     for name, sink in sinks.items():
-        root = Path(sink.settings.path)
+        root = Path(sink.settings.root)
         out[name] = {}
         for step, (batch_id, output_id, kind) in {"first": (1, 1, "incremental"), "append": (2, 2, "incremental"),
                                                   "replay": (3, 1, "replay")}.items():

@@ -101,7 +101,7 @@ def publication_costs(server, work: Path, rep: int) -> dict[tuple[int, int], dic
         }
         out[(files, rows)] = {}
         for name, sink in sinks.items():
-            _write_batch(sink.settings.path, 1, "a1", files, rows, None if "local" in name else fs)
+            _write_batch(sink.settings.root, 1, "a1", files, rows, None if "local" in name else fs)
             t0 = time.perf_counter()
             sink.publish(1, 1, "a1", kind="incremental")
             out[(files, rows)][name] = time.perf_counter() - t0
