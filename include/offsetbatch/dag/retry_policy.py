@@ -14,7 +14,7 @@ retries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from offsetbatch.errors import (
@@ -47,6 +47,13 @@ PERMANENT: tuple[type[Exception], ...] = (PipelineError, ConfigError, OwnershipE
 def is_permanent(exc: BaseException) -> bool:
     """Whether ``exc`` fails every attempt alike, so a retry would only delay the failure."""
     return isinstance(exc, PERMANENT)
+
+
+def names_permanent(type_names: Iterable[str]) -> bool:
+    """Whether an error the Spark job recorded by its classes' names (its process is gone) is one of
+    ``PERMANENT``: the job's own errors reach the task only as the names it left."""
+    names = set(type_names)
+    return any(cls.__name__ in names for cls in PERMANENT)
 
 
 @contextmanager

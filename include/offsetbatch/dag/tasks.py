@@ -209,6 +209,16 @@ def spark_failure(pipeline: Pipeline, submission: SparkSubmission, error: BaseEx
             f"{ids} unchanged.")
 
 
+def spark_error_types(pipeline: Pipeline, submission: SparkSubmission) -> set[str]:
+    """The class names of the errors the job left for this attempt's batches (``job.run``)."""
+    found: set[str] = set()
+    for b in submission.batches:
+        uri = pipeline.sink.staging.job_error(b.batch_id, submission.attempt)
+        if storage.exists(uri):
+            found.update(storage.read_json(uri).get("types") or [])
+    return found
+
+
 def _progress_client(pipeline: Pipeline) -> KafkaAdmin | None:
     """Kafka for the commit's best-effort group publication only: the commit itself needs the
     ledger and the staged output, not Kafka, so an outage or a rotated password after the Spark job

@@ -231,6 +231,10 @@ def _leave_error(spec: JobSpec, attempt: str, exc: Exception) -> None:
                 f"reachable?): {text}")
     try:
         storage.write_json(StagingLayout(settings_for(spec.sink).root).job_error(spec.batch_id, attempt),
-                           {"error": f"{type(exc).__name__}: {text[:1200]}"})
+                           {"error": f"{type(exc).__name__}: {text[:1200]}",
+                            # the task fails at once, without its retries, when one of these is an error no
+                            # retry fixes (dag.retry_policy: a transform that does not analyze, a writer schema
+                            # the reader cannot read)
+                            "types": [c.__name__ for c in type(exc).__mro__ if c.__module__.startswith("offsetbatch")]})
     except Exception:  # noqa: BLE001 - the original error matters more than its note
         log.exception("pipeline %s batch %d: could not record the job's error", spec.pipeline, spec.batch_id)

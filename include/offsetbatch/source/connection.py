@@ -21,6 +21,7 @@ none (secrets backends often store them there).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from offsetbatch.errors import KafkaConnectionError
 
 log = logging.getLogger(__name__)
 
+_ENTRY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:\d{1,5})?")
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -184,6 +186,7 @@ def from_settings(conn_id: str, extra: dict[str, Any], host: str | None = None, 
             raise KafkaConnectionError(f"{where} has neither extra 'bootstrap.servers' nor a host. Set "
                                        f"extra {{\"bootstrap.servers\": \"host:9092\"}}.")
         settings["bootstrap.servers"] = f"{host}:{port or 9092}"
+    settings["bootstrap.servers"] = _bootstrap_list(str(settings["bootstrap.servers"]), where)
     protocol = settings.setdefault("security.protocol", "PLAINTEXT").upper()
     settings["security.protocol"] = protocol
     if protocol not in PROTOCOLS:
@@ -229,6 +232,20 @@ def from_settings(conn_id: str, extra: dict[str, Any], host: str | None = None, 
             raise KafkaConnectionError(f"{where}: {', '.join(stray)} set but security.protocol is {protocol}, so "
                                        f"they would be ignored. Set security.protocol to SSL or SASL_SSL.")
     return KafkaClientConfig(conn_id, settings)
+
+
+def _bootstrap_list(value: str, where: str) -> str:
+    """``host[:port][,host[:port]…]`` with each entry checked (a missing port is Kafka's 9092): an
+    empty or mangled list (``''``, ``'::::,,'``) is a config error naming it, not a raw ``ValueError``
+    retried as unreachable."""
+    entries = [e.strip() for e in value.split(",") if e.strip()]
+    bad = [e for e in entries if not _ENTRY.fullmatch(e) or (":" in e.rsplit("]", 1)[-1]
+                                                             and not 0 < int(e.rsplit(":", 1)[1]) < 65536)]
+    if not entries or bad:
+        raise KafkaConnectionError(f"{where}: bootstrap.servers {value!r} is not a list of host:port (bad: "
+                                   f"{', '.join(repr(b) for b in bad) or 'no entry'}); write it as "
+                                   f"\"broker-1:9092,broker-2:9092\" (an IPv6 host in brackets: \"[::1]:9092\")")
+    return ",".join(entries)
 
 
 def from_connection(conn_id: str, field: str = "kafka.conn_id") -> KafkaClientConfig:

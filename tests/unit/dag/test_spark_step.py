@@ -113,3 +113,31 @@ def test_a_failed_spark_step_is_one_line_naming_batch_ranges_cause_and_next_step
     line = spark_failure(Pipeline(cfg), sub, RuntimeError("Cannot execute: spark-submit …. Error code is: 1."))
     assert "(spark-submit exited with code 1; the job's last error: KafkaException: Timeout of 30000ms" in line
     assert "\n" not in line
+
+
+@pytest.mark.parametrize("types, permanent", [
+    (["SchemaIncompatibleError", "PipelineError", "OffsetbatchError"], True),
+    (["TransformAnalysisError", "ConfigError", "OffsetbatchError"], True),
+    ([], False),  # a Kafka timeout, a killed driver: a retry may succeed
+])
+def test_a_job_error_no_retry_fixes_fails_the_task_at_once(cfg, types, permanent):
+    """Issue 41, case 15: job-side permanent failures cost two spark-submits; now the first fails the
+    task without its retries, by the error classes the job left in its attempt's error file."""
+    import logging
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from offsetbatch import storage
+    from offsetbatch.dag.operators.spark_step import failure_explained
+    from offsetbatch.sinks import sink_for
+
+    sub = spark_submission(Pipeline(cfg), _plan(cfg, (0, 10)), 1)
+    storage.write_json(sink_for("p", cfg.sink).staging.job_error(1, sub.attempt), {"error": "x: y", "types": types})
+    failed = RuntimeError("Cannot execute: spark-submit …. Error code is: 1.")
+    with pytest.raises(AirflowFailException if permanent else RuntimeError) as raised:
+        with failure_explained(Pipeline(cfg), sub, logging.getLogger("test")):
+            raise failed
+    if permanent:
+        assert "No retry fixes this error" in str(raised.value) and "the job's last error: x: y" in str(raised.value)
+    else:
+        assert raised.value is failed

@@ -257,3 +257,14 @@ def test_a_broker_that_answers_then_closes_every_sasl_login_refused_it(ca):
     # a broker that never answered (no "Broker version identified") is not called a refusal
     silent = [line for line in REFUSED_UNSEEN if "Broker version" not in line]
     assert diagnosis._closed_after_handshake(silent) == 0 and diagnosis._closed_after_handshake(REFUSED_UNSEEN) == 2
+
+
+@pytest.mark.parametrize("bootstrap, bad", [("::::,,", "'::::'"), ("", "no entry"), ("broker:99999", "'broker:99999'"),
+                                            ("broker:9092, ::1:9092", "'::1:9092'")])
+def test_a_mangled_bootstrap_list_is_a_config_error_naming_it(bootstrap, bad):
+    """Issue 41, case 15: it was a raw ValueError, retried as "unreachable"; a ConfigError fails at once."""
+    with pytest.raises(KafkaConnectionError) as err:
+        from_settings("kafka_default", {"bootstrap.servers": bootstrap})
+    assert f"bootstrap.servers {bootstrap!r} is not a list of host:port (bad: {bad})" in str(err.value)
+    assert from_settings("k", {"bootstrap.servers": " broker-1:9092, [::1]:9093 ,broker-2"}).bootstrap == \
+        "broker-1:9092,[::1]:9093,broker-2"

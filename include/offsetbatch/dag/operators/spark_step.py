@@ -34,10 +34,14 @@ def prepare(config_path: str, context: Any, plan_task_id: str) -> tuple[Pipeline
 @contextmanager
 def failure_explained(pipeline: Pipeline, submission: SparkSubmission, log: logging.Logger) -> Iterator[None]:
     """Around the Spark work: an attempt that lost to another run's commit is skipped, a real
-    failure logs its one line and propagates (Airflow retries it)."""
+    failure logs its one line and propagates: retried by Airflow, unless the job's error is one no
+    retry fixes (a transform that does not analyze, a writer schema the reader cannot read), which
+    fails the task at once instead of costing another Spark job."""
     from airflow.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import AirflowFailException
 
-    from offsetbatch.dag.tasks import spark_failure, spark_redundant
+    from offsetbatch.dag.retry_policy import is_permanent, names_permanent
+    from offsetbatch.dag.tasks import spark_error_types, spark_failure, spark_redundant
 
     try:
         yield
@@ -45,5 +49,8 @@ def failure_explained(pipeline: Pipeline, submission: SparkSubmission, log: logg
         reason = spark_redundant(pipeline, submission)
         if reason:
             raise AirflowSkipException(reason) from None
-        log.error(spark_failure(pipeline, submission, exc))
+        line = spark_failure(pipeline, submission, exc)
+        log.error(line)
+        if is_permanent(exc) or names_permanent(spark_error_types(pipeline, submission)):
+            raise AirflowFailException(f"{line} No retry fixes this error: fix it, then clear the task.") from exc
         raise
