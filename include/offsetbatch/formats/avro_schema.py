@@ -94,3 +94,48 @@ def all_null_body(writer: str) -> bytes | None:
     except (ValueError, TypeError, AttributeError, KeyError):
         return None
     return out.getvalue()
+
+
+def text_fields(text: str) -> dict[str, Any]:
+    """Where the reader record holds text, by top-level field: each field's Avro type reduced to what
+    holds strings (``"string"``; ``{"record": {field: …}}``; ``{"array": …}``; ``{"map": …}``, whose keys
+    are strings too; ``{"union": [(spark member index, …)]}`` for unions of more than one type besides
+    null, which Spark decodes to a struct of ``member<i>``), fields without text left out. Spark's
+    ``from_avro`` copies a string's bytes without checking them, so the job checks these for UTF-8.
+    Named types are followed; a recursive one is followed once."""
+    schema = json.loads(text)
+    named: dict[str, Any] = {}
+
+    def walk(t: Any, seen: frozenset) -> Any:
+        if isinstance(t, str):
+            if t == "string":
+                return "string"
+            if t in named and t not in seen:
+                return walk(named[t], seen | {t})
+            return None
+        if isinstance(t, list):
+            branches = [b for b in t if b != "null"]
+            if len(branches) == 1:
+                return walk(branches[0], seen)
+            members = [(i, w) for i, b in enumerate(branches) if (w := walk(b, seen)) is not None]
+            return {"union": members} if members else None
+        kind = t.get("type")
+        if kind in ("record", "error", "enum", "fixed") and t.get("name"):
+            named[t["name"]] = t
+            if t.get("namespace"):
+                named[f"{t['namespace']}.{t['name']}"] = t
+        if kind in ("record", "error"):
+            name = t.get("name", "")
+            inner = {f["name"]: w for f in t.get("fields", []) if (w := walk(f["type"], seen | {name})) is not None}
+            return {"record": inner} if inner else None
+        if kind == "array":
+            items = walk(t["items"], seen)
+            return {"array": items} if items is not None else None
+        if kind == "map":
+            return {"map": walk(t["values"], seen)}
+        if kind == "string":
+            return "string"  # a string with a logical type (uuid) is still a string's bytes
+        return None
+
+    top = walk(schema, frozenset())
+    return top["record"] if top else {}

@@ -13,6 +13,7 @@
 
 Records are rejected (``_error``) for: a null value; bytes that are not Confluent-framed; a schema id
 or GUID that is not among the writer schemas the plan task found; a body that does not decode; a
+string whose bytes are not UTF-8 (``from_avro`` copies them unchecked; ``avro_schema.text_fields``); a
 required field that is null. A writer schema the reader cannot read (incompatible) is not a record's
 fault: such a record fails the batch (``formats.base.FATAL``), naming the field, before anything is
 committed.
@@ -154,6 +155,8 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", named: "C
     for f in spec.required:
         any_missing = any_missing | decoded_col[f].isNull()
     where = describe_writers(schemas)
+    not_utf8 = [(f, check) for f, shape in avro_schema.text_fields(reader).items()
+                if (check := _not_utf8(decoded_col[f], shape)) is not None]
     error = F.when(F.col("value").isNull(), F.lit("null value"))
     if framing_error is not None:
         error = error.when(framing_error.isNotNull(), framing_error)
@@ -162,9 +165,40 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", named: "C
         .when(fatal.isNotNull(), fatal)
         .when(all_null & ~F.coalesce(body == expected_null, F.lit(False)),
               F.concat(F.lit("Avro body does not decode with writer schema id "), writer.cast("string")))
-        .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     )
+    for f, check in not_utf8:  # Spark copies a string's bytes unchecked: a reader of the table would fail on it
+        error = error.when(check, F.lit(f"field {f} holds a string that is not valid UTF-8"))
+    error = error.when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     return df.select(*META, "value", *[decoded_col[f].alias(f) for f in fields], error.alias(ERROR), *passthrough)
+
+
+def _not_utf8(column: "Column", shape) -> "Column | None":
+    """True where ``column`` (of the shape ``avro_schema.text_fields`` gives) holds a string that is
+    not valid UTF-8, NULL-safe; ``None`` when it holds no string."""
+    from pyspark.sql import functions as F
+
+    if shape == "string":
+        return F.coalesce(~F.is_valid_utf8(column), F.lit(False))
+    if not isinstance(shape, dict):
+        return None
+    checks = []
+    if "record" in shape:
+        checks = [c for name, inner in shape["record"].items() if (c := _not_utf8(column[name], inner)) is not None]
+    elif "union" in shape:
+        checks = [c for i, inner in shape["union"] if (c := _not_utf8(column[f"member{i}"], inner)) is not None]
+    elif "array" in shape:
+        checks = [F.coalesce(F.exists(column, lambda x: _not_utf8(x, shape["array"])), F.lit(False))]
+    elif "map" in shape:
+        checks = [F.coalesce(F.exists(F.map_keys(column), lambda k: _not_utf8(k, "string")), F.lit(False))]
+        if shape["map"] is not None:
+            checks.append(F.coalesce(F.exists(F.map_values(column), lambda v: _not_utf8(v, shape["map"])),
+                                     F.lit(False)))
+    if not checks:
+        return None
+    combined = checks[0]
+    for c in checks[1:]:
+        combined = combined | c
+    return combined
 
 
 def describe_reader(schemas: dict) -> str:

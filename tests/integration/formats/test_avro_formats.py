@@ -217,3 +217,56 @@ def test_keys_parse_with_their_own_format_into_a_key_column(spark, tmp_path, reg
                     "__key_schema_id header"),
         (None, 7, "malformed JSON")]
 
+
+
+def _zz(n: int) -> bytes:
+    """Avro's zigzag varint."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _str(b: bytes) -> bytes:
+    return _zz(len(b)) + b
+
+
+BAD = b"bad \xc3\x28 \xff"  # the hostile probe's bytes: not UTF-8
+
+
+def test_a_string_that_is_not_utf8_is_rejected_naming_its_field(spark, tmp_path):
+    """Issue 41, case 1: Spark's from_avro copies a string's bytes unchecked, so such a record landed
+    and broke every Python reader of its Parquet file. Now it is rejected with the field named,
+    wherever the string is (top level, array, map key, union member, nested record); the good
+    records are untouched. Bodies are written byte by byte (no Avro writer writes such strings)."""
+    schema = {"type": "record", "name": "E", "fields": [
+        {"name": "id", "type": "string"},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "m", "type": {"type": "map", "values": "long"}},
+        {"name": "u", "type": ["null", "string", "int"]},
+        {"name": "r", "type": {"type": "record", "name": "R", "fields": [{"name": "x", "type": "string"}]}}]}
+    (tmp_path / "e.avsc").write_text(json.dumps(schema))
+    cfg = _config(tmp_path, {"format": "avro", "avro_schema": "e.avsc"})
+
+    def body(id_=b"a", tag=b"t", key=b"k", member=b"s", x=b"x") -> bytes:
+        return (_str(id_) + _zz(1) + _str(tag) + _zz(0) + _zz(1) + _str(key) + _zz(7) + _zz(0)
+                + _zz(1) + _str(member) + _str(x))
+
+    values = [body(), body(id_=BAD), body(tag=BAD), body(key=BAD), body(member=BAD), body(x=BAD),
+              body(id_="é ok".encode())]
+    schemas = batch_schemas.resolve(Pipeline(cfg))
+    got = sorted(FORMATS["avro"].parse(_records(spark, [(v, []) for v in values]), _spec(schemas)).collect(),
+                 key=lambda r: r.kafka_offset)
+    assert [r[ERROR] for r in got] == [
+        None,
+        "field id holds a string that is not valid UTF-8",
+        "field tags holds a string that is not valid UTF-8",
+        "field m holds a string that is not valid UTF-8",
+        "field u holds a string that is not valid UTF-8",
+        "field r holds a string that is not valid UTF-8",
+        None]
+    assert (got[0].id, list(got[0].tags), dict(got[0].m), got[0].u.member0, got[0].r.x) == ("a", ["t"], {"k": 7}, "s", "x")
+    assert got[6].id == "é ok"
