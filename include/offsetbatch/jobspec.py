@@ -106,6 +106,9 @@ class Manifest:
     spark_version: str
     attempt: str | None = None  # the Spark attempt that wrote it (published manifests say which one is in)
     location: str | None = None  # on an object store: the attempt folder the published files stay in
+    # the records' Kafka timestamps, first and last (microseconds since the epoch; None: no record)
+    first_record_us: int | None = None
+    last_record_us: int | None = None
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))

@@ -41,6 +41,7 @@ class CommitResult:
     outcome: str  # "committed" | "already_committed"
     stats: dict
     ranges: list[str]  # the batch's offset ranges, "topic/partition[from,until)"
+    record_span_us: tuple[int, int] | None = None  # the records' first and last Kafka timestamps (this commit's)
 
 
 def _already_committed(pipeline: Pipeline, publication: Publication, batch: Batch, attempt: str) -> CommitResult:
@@ -109,4 +110,6 @@ def commit_batch(pipeline: Pipeline, ledger: Ledger, batch_id: int, attempt: str
              f", replacing the output of batch {batch.target_batch_id}" if batch.target_batch_id else "")
     if kafka is not None and batch.moves_frontier:
         publish_progress(cfg.name, cfg.group_id, ledger, kafka)
-    return CommitResult(batch_id, "committed", stats, [str(r) for r in batch.ranges])
+    span = ((manifest.first_record_us, manifest.last_record_us)
+            if manifest.first_record_us is not None and manifest.last_record_us is not None else None)
+    return CommitResult(batch_id, "committed", stats, [str(r) for r in batch.ranges], span)

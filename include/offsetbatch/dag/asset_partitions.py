@@ -3,11 +3,14 @@
 scheduled with ``PartitionedAssetTimetable`` on the pipeline's asset processes exactly the hour
 that landed.
 
-The key is the start of the batch's data interval, in UTC, formatted ``%Y-%m-%dT%H:%M:%S``: the
-``input_format`` of Airflow's temporal partition mappers (``StartOfHourMapper``,
-``StartOfDayMapper``…), so a downstream DAG can roll hours up into days. A replay's key is its
-target batch's: it rewrites that hour. A run without an interval (a manual run reading to the log
-end) has no time slice and emits a plain event.
+The keys are hours, in UTC, formatted ``%Y-%m-%dT%H:%M:%S``: the ``input_format`` of Airflow's
+temporal partition mappers (``StartOfHourMapper``, ``StartOfDayMapper``…), so a downstream DAG can
+roll hours up into days. They are the start of the batch's data interval (a replay: its target
+batch's, the hour it rewrites) and every hour its records' Kafka timestamps span (the job observes
+the first and the last): a first batch reading a backlog of 10:00-12:59 at 12:00 emits 10:00,
+11:00 and 12:00, so a downstream DAG reading "that hour" misses none (issue 41, case 14). At most
+``MAX_KEYS`` hours, the newest. A run with neither (a manual run over an empty range) emits a plain
+event.
 
 Opt-in (``airflow.asset_partitions``): Airflow queues no plain ``schedule=[asset]`` DAG for a
 partitioned event (``AssetManager._queue_dagruns``), so turning it on for an asset whose
@@ -17,7 +20,7 @@ consumers are not partition-aware would stop them.
 from __future__ import annotations
 
 import logging
-from datetime import timezone
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEY_FORMAT = "%Y-%m-%dT%H:%M:%S"  # Airflow's temporal mappers' default input_format
+MAX_KEYS = 744  # a month of hours: a larger backlog's first batch names its newest month
+HOUR_US = 3_600_000_000
 
 
 def partition_key(ledger: "Ledger", name: str, batch_id: int) -> str | None:
@@ -39,9 +44,19 @@ def partition_key(ledger: "Ledger", name: str, batch_id: int) -> str | None:
     return start.strftime(KEY_FORMAT)
 
 
+def partition_keys(ledger: "Ledger", name: str, batch_id: int, record_span_us: tuple[int, int] | None) -> list[str]:
+    """The batch's interval key and every hour from its first record's to its last record's."""
+    keys = set(filter(None, [partition_key(ledger, name, batch_id)]))
+    if record_span_us is not None:
+        first, last = (us - us % HOUR_US for us in record_span_us)
+        hours = range(max(first, last - (MAX_KEYS - 1) * HOUR_US), last + 1, HOUR_US)
+        keys.update(datetime.fromtimestamp(us / 1_000_000, timezone.utc).strftime(KEY_FORMAT) for us in hours)
+    return sorted(keys)[-MAX_KEYS:]
+
+
 def add_partitions(outlet_event, result: dict) -> list[str]:
     """Put the committed batches' keys on the asset event (``result``: ``commit_step``'s); returns them."""
-    keys = sorted({b["partition_key"] for b in result.get("batches", []) if b.get("partition_key")})
+    keys = sorted({k for b in result.get("batches", []) for k in b.get("partition_keys") or []})
     if keys:
         outlet_event.add_partitions(keys)
         log.info("pipeline %s: asset event with partition(s) %s", result.get("pipeline"), ", ".join(keys))

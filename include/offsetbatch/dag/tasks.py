@@ -25,7 +25,7 @@ from offsetbatch import faults, storage
 from offsetbatch.commit import ownership
 from offsetbatch.commit.protocol import commit_batch
 from offsetbatch.commit.publication import publish_pending
-from offsetbatch.dag.asset_partitions import partition_key
+from offsetbatch.dag.asset_partitions import partition_keys
 from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
@@ -241,7 +241,8 @@ def commit_step(pipeline: Pipeline, batch_ids: list[int], attempt: str) -> dict:
             for batch_id in batch_ids:
                 result = commit_batch(pipeline, ledger, batch_id, attempt, kafka)
                 per_batch.append({"batch_id": batch_id, "outcome": result.outcome, "ranges": result.ranges,
-                                  "partition_key": partition_key(ledger, pipeline.name, batch_id),
+                                  "partition_keys": partition_keys(ledger, pipeline.name, batch_id,
+                                                                   result.record_span_us),
                                   **{k: v for k, v in result.stats.items()
                                      if isinstance(v, (int, float, str)) or v is None}})
         finally:

@@ -123,6 +123,9 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
         F.min("_outside").alias("first_outside"),
         F.count("_fatal").alias("fatal"),
         F.min("_fatal").alias("first_fatal"),
+        # the records' time span: the asset event's partitions are every hour it covers
+        F.min(F.unix_micros("kafka_timestamp")).alias("first_record_us"),
+        F.max(F.unix_micros("kafka_timestamp")).alias("last_record_us"),
     ]
     if collect_rejected:
         metrics.append(F.collect_list("_rejected_row").alias("rejected_rows"))

@@ -73,3 +73,16 @@ def test_clearing_a_committed_run_changes_nothing(make_pipeline):
     assert p.snapshot() == before
     report = p.check()
     assert report.ok, report.summary()
+
+
+def test_a_batch_over_a_backlog_announces_every_hour_its_records_span(make_pipeline):
+    """Issue 41, case 14: with ``airflow.asset_partitions``, a batch whose records span hours (here a
+    run reading to the log end over three hours of backlog) puts each of those hours on its asset
+    event, from the record timestamps the job observes; the interval's hour alone missed two."""
+    p = make_pipeline("_span", airflow={"asset_partitions": True})
+    p.produce(300, start=BASE, hours=3, partitions=2)
+    out = p.run(None)  # manual, mode next: no interval, reads to the log end
+    assert out.ok, out.output[-4000:]
+    keys = ", ".join((BASE + h * H).strftime("%Y-%m-%dT%H:%M:%S") for h in range(3))
+    assert f"pipeline {p.name}: asset event with partition(s) {keys}" in out.output, out.output[-3000:]
+    assert p.check().ok
