@@ -97,11 +97,16 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             (layout.staging_manifest(batch_id, attempt), layout.manifest(output_id)),
         ]
         stamp = f"batch_id={output_id}-{time.time_ns()}"
+        # the staged manifest, or (a publish finished after a crash) the one already published by it
+        staged = layout.staging_manifest(batch_id, attempt)
+        nothing = self._read_nothing(staged if storage.exists(staged) else layout.manifest(output_id), attempt)
         for i, (src, dst) in enumerate(moves):
             if not storage.exists(src):
                 continue
             if storage.exists(dst):
                 storage.move(dst, layout.trash(f"{stamp}-{i}"))
+            if nothing and i < 2:
+                continue  # a batch of no records (markers or aborted records only) leaves no empty folder behind
             storage.move(src, dst)
         if not storage.remove(layout.attempts(batch_id), best_effort=True):
             # two runs executed this batch at once: the other attempt is still writing; its own
@@ -110,6 +115,16 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                      self.where(batch_id), layout.attempts(batch_id))
         storage.remove(layout.legacy_attempts(batch_id))
         storage.remove(f"{layout.meta}/trash")
+
+    @staticmethod
+    def _read_nothing(manifest_uri: str, attempt: str) -> bool:
+        """Whether ``attempt`` read no record at all (its ranges held only transaction markers or
+        aborted records): its published manifest is the marker, with no data or rejected folder."""
+        if not storage.exists(manifest_uri):
+            return False
+        found = storage.read_json(manifest_uri)
+        return (found.get("attempt") in (attempt, None) and found.get("rows_in") == 0 and not found.get("data_files")
+                and found.get("rows_rejected") == 0)
 
     def _publish_in_place(self, batch_id: int, output_id: int, attempt: str) -> None:
         """The attempt's files stay where the job wrote them; the published manifest names them.

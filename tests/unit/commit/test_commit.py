@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from offsetbatch import storage
 from offsetbatch.commit.manifest_check import validate_manifest
 from offsetbatch.errors import ManifestError
 from offsetbatch.jobspec import Manifest, RangeReport
@@ -101,3 +102,34 @@ def test_records_the_job_counted_outside_the_plan_fail():
     ranges[0].outside = 3
     with pytest.raises(ManifestError, match="3 record\\(s\\) of t/0 lie outside"):
         validate_manifest(_batch(), _manifest(ranges=ranges), expect_offset_gaps=False)
+
+
+def test_a_batch_of_no_records_publishes_no_empty_folder(tmp_path):
+    """Issue 41, case 4: ranges holding only transaction markers or aborted records published empty
+    batch folders. The manifest is still published (the marker that the batch is in), and a replay
+    that reads nothing removes what the batch held before."""
+    sink = FilesSink.at(str(tmp_path / "table"))
+    layout = sink.layout
+    _stage(layout, "a1", "old")
+    sink.publish(3, 3, "a1")
+    assert (Path(layout.data(3)) / "part-0.parquet").read_text() == "old"
+    for sub in ("data", "rejected"):
+        (Path(layout.attempt(3, "a2")) / sub).mkdir(parents=True)
+    Manifest("p", 3, [RangeReport("t", 0, 100, 102, 0, 0)], 0, 0, 0, 0, [], [], 1.0, "4.3.0",
+             attempt="a2").save(layout.staging_manifest(3, "a2"))
+    published = layout.manifest(3)
+    real_remove = storage.remove
+
+    def crash_after_the_manifest(uri, best_effort=False):  # the publish dies before removing the attempt
+        raise RuntimeError("killed")
+    storage.remove = crash_after_the_manifest
+    try:
+        with pytest.raises(RuntimeError):
+            sink.publish(3, 3, "a2")
+    finally:
+        storage.remove = real_remove
+    assert Manifest.load(published).attempt == "a2" and Path(layout.attempt(3, "a2"), "data").exists()
+    sink.publish(3, 3, "a2")  # the roll-forward finishes it: still no empty folder
+    assert not Path(layout.data(3)).exists() and not Path(RejectedFolders(layout.root).of(3)).exists()
+    assert Manifest.load(layout.manifest(3)).attempt == "a2" and sink.published_ids() == [3]
+    assert not Path(layout.attempts(3)).exists()
