@@ -18,11 +18,17 @@ import os
 import re
 from collections.abc import Mapping
 
-_KEPT_PREFIXES = ("SPARK_", "_SPARK_", "PYSPARK_", "JAVA_", "JDK_", "HADOOP_", "YARN_", "PYTHON", "LC_", "OFFSETBATCH_",
+_KEPT_PREFIXES = ("SPARK_", "_SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "HADOOP_", "YARN_", "PYTHON", "LC_", "OFFSETBATCH_",
                   "OPENBLAS_", "OMP_", "MKL_", "ARROW_", "KRB5", "LD_")
 _KEPT = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
                    "HOSTNAME", "PWD", "VIRTUAL_ENV", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-                   "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"})
+                   "KUBECONFIG", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+                   # the AWS SDK's behaviour (S3A's client in the JVM reads them), never its credentials: an
+                   # S3-compatible store needs checksums only where required (S3Proxy refuses the default)
+                   "AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION", "AWS_REGION",
+                   "AWS_DEFAULT_REGION", "AWS_CA_BUNDLE", "AWS_EC2_METADATA_DISABLED", "AWS_ENDPOINT_URL",
+                   "AWS_ENDPOINT_URL_S3", "AWS_STS_REGIONAL_ENDPOINTS", "AWS_USE_FIPS_ENDPOINT",
+                   "AWS_USE_DUALSTACK_ENDPOINT", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE"})
 # A setting whose name ends saying it is a secret (``_CMD``/``_SECRET`` variants included) is dropped
 # even among the kept; Spark's own variables (``_SPARK_AUTH_SECRET``) are Spark's business.
 _SECRET_NAME = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|FERNET_KEY|PRIVATE_KEY|SQL_ALCHEMY_CONN|CREDENTIALS?)"
