@@ -18,6 +18,8 @@ import os
 import re
 from collections.abc import Mapping
 
+from offsetbatch import redact
+
 _KEPT_PREFIXES = ("SPARK_", "_SPARK_", "PYSPARK_", "JAVA_", "_JAVA_", "JDK_", "HADOOP_", "YARN_", "PYTHON", "LC_", "OFFSETBATCH_",
                   "OPENBLAS_", "OMP_", "MKL_", "ARROW_", "KRB5", "LD_")
 _KEPT = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TMP", "TEMP",
@@ -46,6 +48,7 @@ def is_kept(name: str) -> bool:
 
 
 def job_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) with only what ``is_kept`` allows."""
+    """``environ`` (default: this process's) with only what ``is_kept`` allows, less any value that
+    carries a URL's password (a proxy given as ``http://user:password@proxy:3128``)."""
     source = os.environ if environ is None else environ
-    return {k: v for k, v in source.items() if is_kept(k)}
+    return {k: v for k, v in source.items() if is_kept(k) and redact.url(v) == v}

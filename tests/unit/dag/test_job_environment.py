@@ -19,6 +19,7 @@ TASK = {
     "AIRFLOW__CELERY__BROKER_URL": "redis://:k3@redis", "AIRFLOW__OPENLINEAGE__TRANSPORT": '{"api_key": "k4"}',
     "AWS_SECRET_ACCESS_KEY": "k5", "AWS_ACCESS_KEY_ID": "k6", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
     "AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",  # the SDK's behaviour, which S3A in the JVM reads
+    "HTTPS_PROXY": "http://proxyuser:k7@proxy:3128", "NO_PROXY": "127.0.0.1",  # a proxy with a password: dropped
 }
 
 
@@ -26,8 +27,8 @@ def test_the_job_keeps_what_spark_needs_and_no_secret():
     env = job_environment(TASK)
     assert set(env) == {"PATH", "JAVA_HOME", "PYSPARK_PYTHON", "SPARK_LOCAL_IP", "_SPARK_AUTH_SECRET",
                         "HADOOP_TOKEN_FILE_LOCATION", "OFFSETBATCH_FAULTS", "LANG", "TMPDIR",
-                        "AWS_REQUEST_CHECKSUM_CALCULATION"}
-    secrets = ("p1", "v1", "f1", "p2", "j1", "p3", "t1", "c1", "k1", "k2", "k3", "k4", "k5", "k6")
+                        "AWS_REQUEST_CHECKSUM_CALCULATION", "NO_PROXY"}
+    secrets = ("p1", "v1", "f1", "p2", "j1", "p3", "t1", "c1", "k1", "k2", "k3", "k4", "k5", "k6", "k7")
     assert not [v for v in secrets if v in "".join(env.values())]
 
 
