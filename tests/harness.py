@@ -317,6 +317,14 @@ class AirflowServices(AirflowRest):
         return proc
 
 
+def sample_sink(kind: str) -> dict:
+    """The bundled sample pipeline's sink settings for ``kind`` without its root (``path`` or
+    ``staging``): the harness puts every pipeline's files under the test's own folder."""
+    from offsetbatch.config import PIPELINES_DIR
+    sample = yaml.safe_load((PIPELINES_DIR / kind / f"sample_events_{kind}.yaml").read_text())
+    return {k: v for k, v in sample["sink"].items() if k not in ("path", "staging")}
+
+
 def avro_pipeline(make_pipeline, registry_url: str, version: int | str = 1, **overrides) -> Pipeline:
     """A confluent-avro pipeline under test (reader: ``<topic>-value`` at ``version``) whose runs
     reach the schema registry at ``registry_url`` through the ``schema_registry_default`` connection."""
@@ -365,6 +373,7 @@ def cluster_pipeline(make_pipeline, spark, kafka=None, suffix: str = "_c") -> Pi
     p = make_pipeline(suffix, spark={"conn_id": "spark_cluster", "records_per_task": 500, "conf": conf})
     p.env = {**p.env, "AIRFLOW_CONN_SPARK_CLUSTER": json.dumps(spark.airflow_connection())}
     if kafka is not None:
+        kafka.start()  # a node an earlier test killed (and, failing, never restarted) rejoins first
         p.connect("kafka_cluster", kafka.connection_extra())
         p.bootstrap = kafka.bootstrap
         kafka.create_topic(p.topic, 2)

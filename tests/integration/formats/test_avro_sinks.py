@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import pyarrow.dataset as pads
 import pytest
 import yaml
-from harness import avro_pipeline, produce_avro, set_reader_version
+from harness import avro_pipeline, produce_avro, sample_sink, set_reader_version
 from schema_registry_server import SchemaRegistryServer
 
 from offsetbatch.config import PIPELINES_DIR, load_config
@@ -27,9 +27,8 @@ TRANSFORM = "SELECT * EXCEPT (kafka_key, kafka_headers) FROM records"
 
 
 def _pipeline(make_pipeline, sink: str, registry_url: str, postgres):
-    sample = yaml.safe_load((PIPELINES_DIR / sink / f"sample_events_{sink}.yaml").read_text())
     table = f"avro_{uuid.uuid4().hex[:6]}"
-    settings = {**{k: v for k, v in sample["sink"].items() if k != "path"}, "event_time_column": None,
+    settings = {**sample_sink(sink), "event_time_column": None,
                 "table": table if sink == "iceberg" else f"public.{table}"}
     ledger_url = postgres.create_database(f"avro_{sink}_{uuid.uuid4().hex[:8]}") if sink == "postgres" else None
     p = avro_pipeline(make_pipeline, registry_url, version=1, suffix=f"_{sink[:2]}", ledger_url=ledger_url,

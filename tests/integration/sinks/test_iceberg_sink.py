@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from harness import sample_sink
 
 from offsetbatch.config import PIPELINES_DIR, load_config
 from offsetbatch_dev import verify
@@ -37,7 +38,7 @@ def _sample_pipeline(make_pipeline, ledger_url: str | None = None):
     the catalog in the ledger's database (PostgreSQL), or next to a SQLite ledger."""
     sample = yaml.safe_load((PIPELINES_DIR / "iceberg" / "sample_events_iceberg.yaml").read_text())
     p = make_pipeline(ledger_url=ledger_url, value=sample["value"], transform=sample["transform"],
-                      sink={**{k: v for k, v in sample["sink"].items() if k != "path"}, "event_time_column": None})
+                      sink={**sample_sink("iceberg"), "event_time_column": None})
     cfg = yaml.safe_load(p.config_path.read_text())
     cfg["sink"]["warehouse"] = str(p.root / "warehouse")
     p.config_path.write_text(yaml.safe_dump(cfg))

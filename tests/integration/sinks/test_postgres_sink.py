@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 import yaml
+from harness import sample_sink
 
 from offsetbatch.config import PIPELINES_DIR, load_config
 from offsetbatch.errors import SinkError
@@ -45,7 +46,7 @@ def _sample_pipeline(make_pipeline, postgres, **sink):
     sample = yaml.safe_load((PIPELINES_DIR / "postgres" / "sample_events_postgres.yaml").read_text())
     url = postgres.create_database(f"pg_sink_{uuid.uuid4().hex[:8]}")
     p = make_pipeline(ledger_url=url, value=sample["value"], transform=sample["transform"],
-                      sink={**{k: v for k, v in sample["sink"].items() if k != "path"}, "event_time_column": None,
+                      sink={**sample_sink("postgres"), "event_time_column": None,
                             **sink})
     assert p.cfg.sink.type == "postgres" and p.cfg.sink.url == url
     return p, url

@@ -5,6 +5,7 @@ fallback for a batch whose rejected records do not fit the driver writes the sam
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pyarrow.parquet as pq
 import pytest
@@ -100,14 +101,18 @@ def test_every_record_outside_its_planned_range_is_counted_and_refused(spark):
     spec = _spec("unused:9092", "t", "/unused")
     rows = [("t", 0, 5), ("t", 0, 34), ("t", 2, 39),  # inside
             ("t", 0, 4), ("t", 0, 35), ("t", 2, 40), ("t", 3, 0), ("other", 0, 10), ("t", -1, 1)]  # outside
-    records = spark.createDataFrame([(t, p, o, "x", None) for t, p, o in rows],
-                                    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, value STRING, "
-                                    "_error STRING")
+    # Every record read from Kafka carries its timestamp: the batch's record span is its min and max.
+    stamps = [datetime(2026, 11, 4, h, tzinfo=timezone.utc) for h in (3, 1, 7, 2, 2, 2, 2, 2, 2)]
+    records = spark.createDataFrame([(t, p, o, ts, "x", None) for (t, p, o), ts in zip(rows, stamps, strict=True)],
+                                    "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, "
+                                    "kafka_timestamp TIMESTAMP, value STRING, _error STRING")
     observed, observation = job_stats.observe_batch(records, spec, collect_rejected=False)
     observed.write.format("noop").mode("overwrite").save()
     values = job_stats.observed(observation, spec)
     assert values["outside"] == 6
     assert tuple(values["first_outside"]) == ("other", 0, 10)  # the smallest (topic, partition, offset)
+    assert (values["first_record_us"], values["last_record_us"]) == (
+        int(stamps[1].timestamp() * 1e6), int(stamps[2].timestamp() * 1e6))
     with pytest.raises(job_stats.OffsetOutOfPlanError, match=r"6 record\(s\) outside the planned ranges, the "
                                                              r"first other/0 offset 10"):
         job_stats.reports(spec, values)
@@ -116,7 +121,6 @@ def test_every_record_outside_its_planned_range_is_counted_and_refused(spark):
 def test_the_files_sink_writes_timestamps_every_reader_reads(spark, tmp_path):
     """Spark's default INT96 timestamps come back from pyarrow (the README's Python read path) as
     nanoseconds: 9999-12-31 overflowed into 1816. The sink writes INT64 microseconds instead."""
-    from datetime import datetime, timezone
     from zoneinfo import ZoneInfo
 
     from pyspark.sql import functions as F
