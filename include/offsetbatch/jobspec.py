@@ -109,6 +109,9 @@ class Manifest:
     # the records' Kafka timestamps, first and last (microseconds since the epoch; None: no record)
     first_record_us: int | None = None
     last_record_us: int | None = None
+    # what the sink's job half measured for its commit half (``StagedOutput.metrics``; the Kafka sink:
+    # the largest record, checked against the topic's limit before the ledger commit)
+    sink_metrics: dict = field(default_factory=dict)
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))

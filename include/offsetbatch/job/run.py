@@ -145,6 +145,7 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
         bytes_in=values["bytes"] or 0, data_files=staged.data_files, rejected_files=staged.rejected_files,
         job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version, attempt=attempt,
         first_record_us=values.get("first_record_us"), last_record_us=values.get("last_record_us"),
+        sink_metrics=staged.metrics,
     )
     manifest.save(manifest_uri)
     log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,

@@ -37,7 +37,7 @@ loaded at DAG parse time.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
@@ -48,7 +48,7 @@ from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
     from offsetbatch.source.admin import KafkaAdmin
@@ -180,6 +180,7 @@ class StagedOutput:
     rows_out: int
     data_files: list[str]
     rejected_files: list[str]
+    metrics: dict = field(default_factory=dict)  # what the sink's job half measured for its commit half
 
 
 class Sink(ABC):
@@ -262,10 +263,11 @@ class Sink(ABC):
         return self.write_staged(spark, data, rejected, batch_id, attempt, partition_by)
 
     def write_staged(self, spark: "SparkSession", data: "DataFrame", rejected: RejectedRows, batch_id: int,
-                     attempt: str, partition_by: list[str]) -> StagedOutput:
+                     attempt: str, partition_by: list[str], metrics: "dict[str, Column] | None" = None) -> StagedOutput:
         """The Parquet writes every sink's ``stage`` ends with: the data first (the job's one pass),
         then the rejected rows. The row count comes from the write itself (an observation), not
-        from reading the files back. Timestamps are written as INT64 microseconds, not Spark's
+        from reading the files back; so do ``metrics``, aggregates the sink's commit half reads in
+        the manifest (``Manifest.sink_metrics``) instead of reading the files. Timestamps are written as INT64 microseconds, not Spark's
         default INT96, which other readers (pyarrow, Iceberg) read wrongly or not at all: pyarrow
         turns INT96 into nanoseconds, so years after 2262 overflow (9999-12-31 became 1816)."""
         from pyspark.sql import Observation
@@ -276,14 +278,17 @@ class Sink(ABC):
         data_dir = self.staging.staging_data(batch_id, attempt)
         rejected_dir = self.staging.staging_rejected(batch_id, attempt)
         written = Observation(f"offsetbatch-{self.pipeline_name}-{batch_id}-written")
-        data.observe(written, F.count(F.lit(1)).alias("rows")).write.mode("overwrite") \
+        data.observe(written, F.count(F.lit(1)).alias("rows"),
+                     *(expr.alias(name) for name, expr in (metrics or {}).items())).write.mode("overwrite") \
             .partitionBy(*partition_by).parquet(data_dir)
         rows = rejected.frame()
         if rejected.known_empty():  # the schema only: no Spark job for a file without rows
             storage.write_empty_parquet(rejected_dir, _arrow_schema(rows.schema))
         else:
             rows.write.mode("overwrite").parquet(rejected_dir)
-        return StagedOutput(written.get["rows"], storage.files(data_dir), storage.files(rejected_dir))
+        observed = written.get
+        return StagedOutput(observed["rows"], storage.files(data_dir), storage.files(rejected_dir),
+                            {name: observed[name] for name in metrics or {}})
 
     # ---- commit half (commit task, under the pipeline lock) ---------------------------------
 

@@ -227,6 +227,17 @@ class KafkaAdmin:
                 f"{'; '.join(missing)}. {SINK_ACLS}; ask the cluster's admins for these ACLs (the ids and group "
                 f"start with 'offsetbatch.', so prefixed ACLs cover every pipeline).")
 
+    def topic_config(self, topics: list[str], key: str) -> dict[str, str | None]:
+        """``key``'s effective value on each of ``topics`` (the broker's default where the topic sets
+        none); ``None`` where the broker reported nothing: a user without DESCRIBE_CONFIGS on the
+        topic (kafka-python drops the per-topic error), or a topic the broker has just created."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        found = self._retry(f"describing {key} of {', '.join(topics)}", lambda: self.admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, t, [key]) for t in topics], config_filter="all"))
+        by_topic = found.get("topic", {})
+        return {t: (by_topic.get(t, {}).get(key) or {}).get("value") for t in topics}
+
     def _retry(self, what: str, call, timeout_s: float = 30.0):
         """Retry retriable errors (the group coordinator is created on first use)."""
         deadline = time.monotonic() + timeout_s

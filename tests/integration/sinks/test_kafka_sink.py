@@ -227,3 +227,61 @@ def test_a_missing_output_topic_is_refused_before_the_ledger_is_opened(make_pipe
     assert p.run(BASE).ok
     assert [b.status for b in p.ledger.list_batches(p.name, 10)] == ["committed"]
     _check_exactly_once_in_order(p, _read(p.bootstrap, out, "read_committed"))
+
+
+def test_a_record_larger_than_the_output_topic_takes_is_refused_before_the_ledger_commit(make_pipeline, kafka_broker):
+    """A 3 MB record (the source topic takes 8 MiB, the output topic Kafka's default 1 MiB) used to
+    be found by the publish after the ledger commit: MSG_SIZE_TOO_LARGE on every retry, and every
+    later plan failing in ``publish_pending`` (issue 41, case 10). The commit now measures the
+    staged records against the topic's max.message.bytes before its ledger transaction and refuses
+    the batch naming the record; nothing is committed or published. Once the topic takes it, the
+    next run lands the batch, the large record with it, once."""
+    import base64
+    import os
+
+    from kafka import KafkaProducer
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewTopic
+
+    def take_8_mib(topic: str) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
+        try:  # (kafka-python checks the key against the topic's dynamic configs, which a new topic may lack yet)
+            done = admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {"max.message.bytes": "8388608"})],
+                                       raise_on_unknown=False)
+        finally:
+            admin.close()
+        assert done == {"topic": {topic: "OK"}}, done
+
+    p, out = _pipeline(make_pipeline, kafka_broker, partitioning="source")
+    admin = KafkaAdminClient(bootstrap_servers=p.bootstrap)
+    try:
+        admin.create_topics([NewTopic(p.topic, 2, 1, topic_configs={"max.message.bytes": "8388608"})])
+    finally:
+        admin.close()
+    p.produce(200, start=BASE, hours=1, malformed_fraction=0)
+    huge = {"event_id": "huge-1", "kind": base64.b64encode(os.urandom(2_300_000)).decode(), "user_id": 1,
+            "page": "/", "event_time": (BASE + timedelta(minutes=30)).isoformat(), "amount": 1.0}
+    producer = KafkaProducer(bootstrap_servers=p.bootstrap, max_request_size=8_388_608)
+    try:
+        meta = producer.send(p.topic, json.dumps(huge).encode(), partition=1,
+                             timestamp_ms=int((BASE + timedelta(minutes=30)).timestamp() * 1000)).get(timeout=60)
+    finally:
+        producer.close()
+    p.produced[(meta.partition, meta.offset)] = "huge-1"
+
+    refused = p.run(BASE)
+    refused.assert_failed_with(f"the record from {p.topic}/1 offset {meta.offset} is ")
+    assert f"topic {out}'s max.message.bytes allows 1,048,588" in refused.output
+    assert "Nothing was committed; the batch stays planned" in refused.output
+    assert refused.output.count("SinkSchemaError") >= 1 and "AirflowFailException" in refused.output  # no retry
+    # nothing changed: the batch is planned, nothing is in the topic, not even an open transaction
+    [batch] = p.ledger.list_batches(p.name, 10)
+    assert batch.status == "planned"
+    assert _read(p.bootstrap, out, "read_uncommitted") == []
+
+    take_8_mib(out)
+    landed = p.run(BASE)
+    assert landed.ok, landed.output[-4000:]
+    records = _read(p.bootstrap, out, "read_committed")
+    _check_exactly_once_in_order(p, records)
+    [big] = [r for r in records if json.loads(r.value)["event_id"] == "huge-1"]
+    assert json.loads(big.value)["kind"] == huge["kind"]

@@ -34,6 +34,22 @@ SENT = "commit.kafka_records_sent"
 AFTER_COMMIT = "commit.after_kafka_commit"
 MARKER_PARTITION = 0
 SEND_CHUNK = 65_536  # rows turned into Python objects at a time while publishing
+LARGEST = "largest_record"  # the manifest's sink metric: the largest staged key + value, in bytes
+# The headers every published record carries (``_send``, ``_send_rejected``) and the most bytes
+# their values take (a partition, an offset, a batch id in decimal digits; ``None``: the source
+# topic's name; 0: the dead-letter record's error, a column of its own, counted with the record).
+DATA_HEADERS = {"offsetbatch.source": None, "offsetbatch.partition": 10, "offsetbatch.offset": 20,
+                "offsetbatch.batch-id": 20, "offsetbatch.republish-of": 20}
+REJECTED_HEADERS = {"offsetbatch.source": None, "offsetbatch.partition": 10, "offsetbatch.offset": 20,
+                    "offsetbatch.batch-id": 20, "offsetbatch.error": 0}
+
+
+def _header_bytes(headers: dict[str, int | None], source_topic: int) -> int:
+    """The most bytes ``headers`` add to a record (``None``: the source topic's name, whose longest
+    is ``source_topic`` bytes)."""
+    from offsetbatch.sinks.kafka.record_size import HEADER_FRAMING
+
+    return sum(len(name) + (source_topic if most is None else most) + HEADER_FRAMING for name, most in headers.items())
 
 
 def _as_bytes(column) -> list[bytes | None]:
@@ -133,7 +149,10 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
         else:
             key = F.to_json(F.struct(*keys))
         staged = data.select(key.alias(KEY), F.to_json(F.struct(*value_cols)).alias(VALUE), *RECORD_COLUMNS)
-        return self.write_staged(spark, staged, rejected, batch_id, attempt, [])
+        # the largest record's key and value, observed by the write: the commit compares it with the
+        # topic's limit before the ledger transaction, reading the files only when it is over
+        largest = F.max(F.coalesce(F.octet_length(KEY), F.lit(0)) + F.coalesce(F.octet_length(VALUE), F.lit(0)))
+        return self.write_staged(spark, staged, rejected, batch_id, attempt, [], metrics={LARGEST: largest})
 
     # ---- commit half -------------------------------------------------------------------------
 
@@ -181,6 +200,62 @@ class KafkaSink(PublishesAfterLedgerCommit, Sink):
                 f"or leave the batch planned.")
         self._check_target(self.where(batch_id), "Nothing was committed; the batch stays planned. {fix}, then clear "
                            "the commit task or let the next run commit the batch.")
+        self._check_record_sizes(batch_id, attempt)
+
+    def _check_record_sizes(self, batch_id: int, attempt: str) -> None:
+        """Every staged record fits the topic it goes to (``record_size``): a record the producer or
+        the broker refuses would fail the publish after the ledger commit on every retry, and every
+        later plan with it (issue 41, case 10). The job observed the largest record; the files are
+        read only when that one is over a limit."""
+        from offsetbatch.sinks.kafka import record_size
+        from offsetbatch.source.admin import KafkaAdmin
+
+        manifest = Manifest.load(self.staging.staging_manifest(batch_id, attempt))
+        topics = [t for t in (self.settings.topic, self.settings.dead_letter_topic) if t]
+        with KafkaAdmin(self.client) as kafka:
+            found = kafka.topic_config(topics, "max.message.bytes")
+        producer = self.settings.producer_config()
+        limits = {t: record_size.Limits(t, int(found[t] or 0), int(producer["message.max.bytes"]),
+                                        str(producer["compression.type"])) for t in topics}
+        for topic in (t for t in topics if not found[t]):
+            log.warning("%s: topic %s's max.message.bytes is unknown (the connection's user may lack DESCRIBE_CONFIGS "
+                        "on it): only the producer's limit is checked before the ledger commit", self.where(batch_id),
+                        topic)
+        source_topic = max((len(r.topic.encode()) for r in manifest.ranges), default=0)
+        data = limits[self.settings.topic]
+        headers = _header_bytes(DATA_HEADERS, source_topic)
+        largest = manifest.sink_metrics.get(LARGEST)
+        if largest is None or largest + headers + record_size.BATCH_OVERHEAD > min(
+                data.producer_max, data.topic_max or data.producer_max):
+            table = self._rows(manifest.data_files, [KEY, VALUE, *RECORD_COLUMNS])
+            if table is not None:
+                over = record_size.first_oversize([table.column(KEY), table.column(VALUE)], headers, data)
+                self._refuse_oversize(batch_id, table, over, "record", data)
+        if self.settings.dead_letter_topic and manifest.rejected_files:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.concat_tables([pq.read_table(f) for f in manifest.rejected_files])
+            columns = [table.column(c) for c in ("raw_value", "kafka_key", "error") if c in table.column_names]
+            over = record_size.first_oversize(columns, _header_bytes(REJECTED_HEADERS, source_topic),
+                                              limits[self.settings.dead_letter_topic])
+            self._refuse_oversize(batch_id, table, over, "rejected record", limits[self.settings.dead_letter_topic])
+
+    def _refuse_oversize(self, batch_id: int, table, over, what: str, limits) -> None:
+        """``SinkSchemaError`` naming the record ``over`` (a ``record_size.Oversize``) when there is one."""
+        if over is None:
+            return
+        from offsetbatch.errors import SinkSchemaError
+
+        row = {c: table.column(c)[over.row].as_py() for c in RECORD_COLUMNS}
+        compressed = (f", {over.compressed:,} compressed with {limits.compression}"
+                      if over.compressed is not None and limits.compression != "none" else "")
+        raise SinkSchemaError(
+            f"{self.where(batch_id)}: the {what} from {row['kafka_topic']}/{row['kafka_partition']} offset "
+            f"{row['kafka_offset']} is {over.size:,} bytes with its key and headers{compressed}, and "
+            f"{over.setting} allows {over.limit:,}: Kafka would refuse it after the ledger commit, on every retry. "
+            f"Nothing was committed; the batch stays planned. Raise {over.setting} and clear the commit task, or "
+            f"drop or trim such records in the transform and clear the spark_job task.")
 
     def check_writable(self) -> None:
         """The output and dead-letter topics exist and this user may publish to them, asked before
