@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,10 +107,23 @@ def _require(folder: Path, needed: tuple[str, ...], what: str, why: str) -> list
     missing = sorted(set(needed) - {_artifact(j) for j in jars})
     if missing:
         raise ArtifactError(f"{ENV}={folder} has no jar of {', '.join(missing)} ({what}{why}). {_HOW}")
+    _check_archives([j for j in jars if _artifact(j) in needed], f"{ENV}={folder}", what)
     return [str(j) for j in jars]
+
+
+def _check_archives(jars: list[Path], where: str, what: str) -> None:
+    """A jar that is not a zip archive (an empty file, a truncated download, an HTML error page
+    saved under the jar's name) passes the name check and fails in Spark as "Failed to find data
+    source: kafka", retried; refused here instead, naming it."""
+    broken = [f"{j.name} ({j.stat().st_size} bytes)" for j in jars if not zipfile.is_zipfile(j)]
+    if broken:
+        raise ArtifactError(f"{where}: {', '.join(broken)} is not a jar (not a zip archive: an empty file or a "
+                            f"truncated download?), and {what} needs it. Download it again. {_HOW}")
 
 
 def _cached(out: Path, what: str, why: str) -> list[str]:
     if not (out / ".complete").exists():
         raise ArtifactError(f"{what} is not cached in {out}{why}. {_HOW}")
-    return sorted(str(p) for p in out.glob("*.jar"))
+    jars = sorted(out.glob("*.jar"))
+    _check_archives(jars, str(out), what)
+    return [str(p) for p in jars]

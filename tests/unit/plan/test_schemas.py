@@ -123,15 +123,39 @@ def test_an_unknown_subject_names_it_and_says_no_retry_helps(tmp_path, registry)
         batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
 
 
+def _jar(path) -> None:
+    """A jar file as far as the name and archive checks go: a zip with a manifest."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as jar:
+        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+
+
 def test_an_avro_pipeline_needs_spark_avro_in_a_provided_jar_folder(tmp_path, monkeypatch):
     folder = tmp_path / "jars"
     folder.mkdir()
     for name in spark_jars.CONNECTOR:
-        (folder / f"{name}-1.0.jar").write_bytes(b"")
+        _jar(folder / f"{name}-1.0.jar")
     monkeypatch.setenv(spark_jars.ENV, str(folder))
     assert len(spark_jars.job_jars("/t", "json")) == 4
     with pytest.raises(ArtifactError, match=r"has no jar of spark-avro_2.13 \(the Spark jars of value format "
                                             r"'confluent-avro', which this pipeline parses with\)"):
         spark_jars.job_jars("/t", "json", "confluent-avro")  # an Avro key needs it too
-    (folder / "spark-avro_2.13-4.1.1.jar").write_bytes(b"")
+    _jar(folder / "spark-avro_2.13-4.2.0.jar")
     assert len(spark_jars.job_jars("/t", "avro")) == 5
+
+
+def test_a_jar_that_is_not_an_archive_is_refused_naming_it(tmp_path, monkeypatch):
+    """A zero-byte connector jar used to pass the name check and fail in Spark as "Failed to find
+    data source: kafka", retried (issue 41, case 15)."""
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for name in spark_jars.CONNECTOR:
+        _jar(folder / f"{name}-1.0.jar")
+    (folder / "kafka-clients-1.0.jar").write_bytes(b"")
+    monkeypatch.setenv(spark_jars.ENV, str(folder))
+    from offsetbatch.dag.retry_policy import is_permanent
+
+    with pytest.raises(ArtifactError, match=r"kafka-clients-1.0.jar \(0 bytes\) is not a jar \(not a zip archive") as info:
+        spark_jars.job_jars("/t", "json")
+    assert is_permanent(info.value)  # the task fails at once, without retries
