@@ -349,6 +349,14 @@ class SchemaRegistry:
     def _http_error(self, exc: Any, kind: str, what: str, where: str, seconds: float) -> Exception:
         status, who = exc.http_status_code, self.settings.describe()
         answer = f"HTTP {status}, error code {exc.error_code}: {exc.error_message}"
+        if status == 404 and not 40400 <= (exc.error_code or 0) < 40500:
+            # A registry's 404 carries its JSON error (40401 subject, 40402 version, 40403 schema…);
+            # a 404 without one is a web server's: the URL is not the registry's REST API.
+            body = " ".join(str(exc.error_message).split())[:200]
+            return SchemaRegistryRefusedError(
+                f"{who} answered HTTP 404 without a schema registry's error (its body: {body!r}) when asked for "
+                f"{what}, needed by {where}: this URL is not a schema registry's REST API (a web page, a wrong "
+                f"path or port?). Check the connection's host, port and path. No retry fixes this.")
         if status == 404:
             if kind in ("id", "guid"):
                 hint = ("The record names a schema this registry does not have: check that the connection points at "

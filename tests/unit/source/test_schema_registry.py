@@ -233,6 +233,30 @@ def test_unknown_id_guid_subject_and_version_are_permanent_and_say_where(server)
         registry.subject_version("events-value", 3, WHERE)
 
 
+def test_a_url_that_is_not_a_registry_says_so_instead_of_a_missing_subject(tmp_path):
+    """A web server's own 404 page (Python's http.server over an empty folder: a real HTTP server
+    that is not a registry) used to be reported as "subject … is not there" (issue 41, case 15)."""
+    import functools
+    import http.server
+    import threading
+
+    from offsetbatch.errors import SchemaRegistryRefusedError
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(SchemaRegistryRefusedError) as err:
+            _registry(f"http://127.0.0.1:{web.server_address[1]}").subject_version("events-value", "latest", WHERE)
+    finally:
+        web.shutdown()
+        web.server_close()
+    message = str(err.value)
+    assert "answered HTTP 404 without a schema registry's error" in message
+    assert "this URL is not a schema registry's REST API" in message and "is not there" not in message
+    assert f"needed by {WHERE}" in message and is_permanent(err.value)
+
+
 def test_a_registry_that_is_down_is_retryable_and_fails_within_seconds():
     with SchemaRegistryServer() as server:
         url = server.url
