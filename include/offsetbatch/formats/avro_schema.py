@@ -55,7 +55,53 @@ def parse(text: str) -> dict[str, Any]:
 
 
 def field_names(text: str) -> list[str]:
-    return [f["name"] for f in parse(text)["fields"]]
+    """A reader schema's top-level fields (the output's columns); refused when Spark cannot read it."""
+    schema = parse(text)
+    if loop := recursion(schema):
+        raise AvroSchemaError(f"is recursive ({loop}): Spark's from_avro cannot read a recursive schema. Give a "
+                              f"reader schema without the recursive field (the writer's may keep it: a reader that "
+                              f"leaves a field out skips it)")
+    return [f["name"] for f in schema["fields"]]
+
+
+def recursion(schema: dict[str, Any]) -> str | None:
+    """Where a named record contains itself (``record 'shop.Node' contains itself through field
+    children``), or ``None``: Spark's ``from_avro`` refuses such a schema when the job starts."""
+    named: dict[str, Any] = {}
+
+    def full(t: dict, space: str | None) -> str:
+        name = t.get("name", "")
+        ns = t.get("namespace", space)
+        return name if "." in name or not ns else f"{ns}.{name}"
+
+    def walk(t: Any, path: tuple[str, ...], open_records: dict[str, int], space: str | None) -> str | None:
+        if isinstance(t, str):
+            key = t if t in named else (f"{space}.{t}" if space and f"{space}.{t}" in named else None)
+            if key is None:
+                return None
+            if key in open_records:
+                return f"record {key!r} contains itself through field {'.'.join(path[open_records[key]:])}"
+            return walk(named[key], path, open_records, space)
+        if isinstance(t, list):
+            return next((found for b in t if (found := walk(b, path, open_records, space))), None)
+        kind = t.get("type")
+        if kind in ("record", "error", "enum", "fixed") and t.get("name"):
+            named[full(t, space)] = t
+        if kind in ("record", "error"):
+            name = full(t, space)
+            inner = {**open_records, name: len(path)}
+            ns = t.get("namespace", space) if "." not in t.get("name", "") else t["name"].rsplit(".", 1)[0]
+            return next((found for f in t.get("fields", [])
+                         if (found := walk(f["type"], (*path, f["name"]), inner, ns))), None)
+        if kind == "array":
+            return walk(t["items"], path, open_records, space)
+        if kind == "map":
+            return walk(t["values"], path, open_records, space)
+        if isinstance(kind, (dict, list)):
+            return walk(kind, path, open_records, space)
+        return None
+
+    return walk(schema, (), {}, None)
 
 
 def incompatibility(reader: str, writer: str) -> str | None:

@@ -185,7 +185,11 @@ def _refuse_unusable(found: "RegistrySchema", what: str, role: str) -> None:
 
 def _check_reader(settings: "ValueSettings", ctx: SchemaContext, text: str, what: str) -> None:
     try:
-        check_reader_fields(avro_schema.field_names(text), list(settings.required), what)
+        names = avro_schema.field_names(text)
+    except avro_schema.AvroSchemaError as exc:  # a recursive reader (issue 41, case 15)
+        raise ConfigError(f"pipeline {ctx.pipeline}: the {ctx.role} reader schema {what} {exc}") from None
+    try:
+        check_reader_fields(names, list(settings.required), what)
     except ValueError as exc:
         raise ConfigError(f"pipeline {ctx.pipeline}: the {ctx.role} reader schema {exc}") from None
 

@@ -116,6 +116,23 @@ def test_a_reader_with_a_field_named_like_a_job_column_is_refused_before_the_led
         batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
 
 
+def test_a_recursive_reader_is_refused_at_the_plan_naming_the_loop(tmp_path, registry):
+    """Spark's from_avro refuses a recursive schema when the job starts: it used to fail there as
+    "value.schema None is not a Spark schema", retried (issue 41, case 15)."""
+    from offsetbatch.dag.retry_policy import is_permanent
+
+    node = {"type": "record", "name": "Event", "namespace": "shop", "fields": [
+        {"name": "event_id", "type": "string"}, {"name": "kind", "type": "string"},
+        {"name": "parent", "type": ["null", "Event"], "default": None}]}
+    registry.register("events-value", json.dumps(node))
+    cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr"}})
+    with pytest.raises(ConfigError, match="pipeline p: the value reader schema subject 'events-value' version 1 is "
+                                          "recursive \\(record 'shop.Event' contains itself through field parent\\): "
+                                          "Spark's from_avro cannot read a recursive schema") as info:
+        batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
+    assert is_permanent(info.value)
+
+
 def test_an_unknown_subject_names_it_and_says_no_retry_helps(tmp_path, registry):
     cfg = _load(tmp_path, {"format": "confluent-avro", "schema_registry": {"conn_id": "sr", "subject": "nope"}})
     with pytest.raises(Exception, match="the latest version of subject 'nope' is not there .*needed by pipeline p "
