@@ -152,6 +152,12 @@ def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
         return StorageConnectionError(f"{where}: the store refused the credentials or the request ({first}). Fix the "
                                       f"connection's login/password, or grant s3:ListBucket, s3:PutObject, "
                                       f"s3:GetObject and s3:DeleteObject on the bucket; nothing was changed.")
+    if any(sign in text for sign in ("SSL", "curlCode: 35", "wrong version number", "certificate")):
+        # the AWS SDK's curl: a TLS handshake that failed (https:// to a plain HTTP port, a certificate
+        # not trusted) is reported as a NETWORK_CONNECTION error too, but no retry fixes it
+        return StorageConnectionError(f"{where}: the TLS handshake with the endpoint failed ({first}). Use "
+                                      f"https:// only if the store serves TLS on that port, and a certificate this "
+                                      f"host trusts; nothing was changed.")
     if "NETWORK_CONNECTION" in text or "Could not connect" in text or "timed out" in text.lower():
         return StorageUnreachableError(f"{where}: the endpoint did not answer ({first}). Check that the store is up "
                                        f"and the connection's endpoint_url is right.")

@@ -197,6 +197,20 @@ def test_bucket_check_says_when_the_endpoint_is_down(s3_server):
         check_bucket(down, "s3a://tables/doctor-down")
 
 
+def test_bucket_check_says_when_https_meets_a_plain_http_endpoint(s3_server):
+    """``https://`` to the store's plain HTTP port used to be "the endpoint did not answer", retried
+    (issue 41, case 15): the handshake failed, which no retry fixes."""
+    conn = s3_server.connection()
+    extra = {**conn["extra"], "endpoint_url": conn["extra"]["endpoint_url"].replace("http://", "https://")}
+    tls = S3Settings.from_fields("s3_test", conn["login"], conn["password"], extra)
+    with pytest.raises(StorageConnectionError, match=r"the TLS handshake with the endpoint failed .*https:// only if "
+                                                     r"the store serves TLS") as info:
+        check_bucket(tls, "s3a://tables/doctor-tls")
+    from offsetbatch.dag.retry_policy import is_permanent
+
+    assert is_permanent(info.value)
+
+
 def test_iceberg_sink_on_s3_exactly_once_through_crashes(make_pipeline, s3_server, request, monkeypatch):
     """The iceberg sink with its warehouse and staging on the bucket: the snapshot adds the files
     where the job wrote them. Killed inside the Iceberg commit (metadata written, catalog not yet
