@@ -152,11 +152,10 @@ def spark_submission(pipeline: Pipeline, plan: dict | None, try_number: int) -> 
         raise NothingToRun(f"nothing to run: plan outcome is {plan and plan.get('outcome')}")
     cfg = pipeline.cfg
     with pipeline.ledger() as ledger:
-        todo = [ledger.get_batch(cfg.name, b["batch_id"]) for b in plan["batches"]]
-        todo = [b for b in todo if b.status == "planned"]
+        found = [ledger.get_batch(cfg.name, b["batch_id"]) for b in plan["batches"]]
+        todo = [b for b in found if b.status == "planned"]
         if not todo:
-            raise NothingToRun(f"pipeline {cfg.name}: batch(es) {[b['batch_id'] for b in plan['batches']]} "
-                               f"are already committed")
+            raise NothingToRun(f"pipeline {cfg.name}: nothing left to run: {_states(found, cfg.name)}")
         for b in todo:
             ledger.count_attempt(cfg.name, b.batch_id)
     specs = {b["batch_id"]: b["spec"] for b in plan["batches"]}
@@ -168,6 +167,19 @@ def spark_submission(pipeline: Pipeline, plan: dict | None, try_number: int) -> 
     args = [arg for b in todo for arg in ("--spec", specs[b.batch_id])] + ["--attempt", attempt]
     name = f"offsetbatch-{cfg.name}-batch-{'-'.join(str(b.batch_id) for b in todo)}"
     return SparkSubmission(todo, attempt, args, name, [specs[b.batch_id] for b in todo])
+
+
+def _states(batches: list, name: str) -> str:
+    """Why planned batches no longer need a job: committed (by an earlier try or another run), or
+    abandoned by an operator's reset while this run waited (issue 41, case 15: it said "committed")."""
+    parts = []
+    for b in batches:
+        if b.status == "committed":
+            parts.append(f"batch {b.batch_id} is already committed")
+        else:
+            parts.append(f"batch {b.batch_id} was {b.status} meanwhile (an operator's reset or replay; "
+                         f"'offsetbatch batch {name} {b.batch_id}' shows by whom and why), so it is not read")
+    return "; ".join(parts)
 
 
 def spark_redundant(pipeline: Pipeline, submission: SparkSubmission) -> str | None:

@@ -60,10 +60,22 @@ def test_committed_batches_are_left_out_and_an_empty_plan_runs_nothing(cfg):
     _commit(cfg, 1, "x")
     assert [b.batch_id for b in spark_submission(Pipeline(cfg), plan, 1).batches] == [2]
     _commit(cfg, 2, "y")
-    with pytest.raises(NothingToRun, match=r"batch\(es\) \[1, 2\] are already committed"):
+    with pytest.raises(NothingToRun, match=r"batch 1 is already committed; batch 2 is already committed"):
         spark_submission(Pipeline(cfg), plan, 1)
     with pytest.raises(NothingToRun, match="plan outcome is empty"):
         spark_submission(Pipeline(cfg), {"needs_work": False, "outcome": "empty", "batches": []}, 1)
+
+
+def test_a_batch_abandoned_by_a_reset_meanwhile_is_not_called_committed(cfg):
+    """A run whose planned batch an operator's ``reset --apply`` abandoned while it waited used to
+    say the batch was "already committed" (issue 41, case 15)."""
+    plan = _plan(cfg, (0, 10))
+    with Pipeline(cfg).ledger() as ledger, ledger.lock("p") as conn:
+        ledger.set_status(conn, "p", [1], "abandoned", from_status="planned")
+    with pytest.raises(NothingToRun) as info:
+        spark_submission(Pipeline(cfg), plan, 1)
+    assert "batch 1 was abandoned meanwhile (an operator's reset or replay; 'offsetbatch batch p 1' shows" in str(info.value)
+    assert "committed" not in str(info.value)
 
 
 def test_a_failure_is_redundant_only_when_other_attempts_committed_every_batch(cfg):
