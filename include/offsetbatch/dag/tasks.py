@@ -184,12 +184,16 @@ def _states(batches: list, name: str) -> str:
 
 def spark_redundant(pipeline: Pipeline, submission: SparkSubmission) -> str | None:
     """After a failed spark-submit: if other runs executing the same pending batches committed them
-    meanwhile (and cleared this attempt's staging), this attempt was redundant, not failed. Returns
-    the reason to skip, or ``None`` when the failure stands."""
+    meanwhile, this attempt was redundant, not failed: whatever it wrote is removed (the winner's
+    publish may have removed its folder while it still wrote; what it wrote after that, and its
+    ``_error.json``, would otherwise stay on the store for good: issue 41, case 3). Returns the
+    reason to skip, or ``None`` when the failure stands."""
     cfg = pipeline.cfg
     with pipeline.ledger() as ledger:
         won = [ledger.get_batch(cfg.name, b.batch_id) for b in submission.batches]
     if all(w.status == "committed" and w.stats.get("committed_attempt") != submission.attempt for w in won):
+        for w in won:
+            pipeline.sink.discard(w.batch_id, submission.attempt)
         return (f"pipeline {cfg.name} batch(es) {[w.batch_id for w in won]} were committed by other attempts "
                 f"(runs {sorted({w.run_id for w in won})}) while attempt {submission.attempt} ran; this attempt's "
                 f"output is discarded")

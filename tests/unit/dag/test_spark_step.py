@@ -4,6 +4,8 @@ operator around it only submits; ``airflow dags test`` runs cover it in the inte
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -87,7 +89,14 @@ def test_a_failure_is_redundant_only_when_other_attempts_committed_every_batch(c
     assert spark_redundant(Pipeline(cfg), sub) is None  # this very attempt committed one: not redundant
     sub2 = spark_submission(Pipeline(cfg), _plan(cfg, (20, 30)), 1)
     _commit(cfg, 3, "winner")
+    # what the losing job wrote before it failed, and its error file, stay nowhere (issue 41, case 3)
+    staging = Pipeline(cfg).sink.staging
+    lost = Path(staging.attempt(3, sub2.attempt))
+    (lost / "data").mkdir(parents=True)
+    (lost / "data" / "part-00000.parquet").write_bytes(b"PAR1")
+    (lost / "_error.json").write_text("{}")
     assert "were committed by other attempts" in spark_redundant(Pipeline(cfg), sub2)
+    assert not lost.exists()
 
 
 def test_a_second_replay_of_a_batch_joins_the_pending_one(cfg):
