@@ -1,4 +1,4 @@
-"""The Avro value formats in real (in-process) Spark 4.3.0 with spark-avro_2.13 4.1.1's ``from_avro``:
+"""The Avro value formats in real (in-process) Spark 4.3.0 with spark-avro_2.13 4.2.0's ``from_avro``:
 bytes written by confluent-kafka 2.16.1's own ``AvroSerializer`` (prefix and header forms, two
 schema versions), schemas resolved by the plan task's code (``source.value_schemas``) from a
 registry. No real schema registry can run here: ``tests/schema_registry_server.py`` stands in for
