@@ -173,6 +173,33 @@ def test_a_replay_on_s3_swaps_the_manifest_and_deletes_the_old_files(s3_pipeline
     assert report.ok, report.summary()
 
 
+def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipeline, s3_server):
+    """Two runs execute batch 1 at the same time (the second finds it planned and runs it too): one
+    commits, the other loses, either failing mid-write because the winner's publish removed its
+    folder, or finishing and finding the batch committed. Whichever way the loser ends, nothing of
+    it stays on the bucket (issue 41, case 3: its ``_error.json`` and the objects it wrote after the
+    winner's cleanup used to stay for good): every object is a published manifest, a Parquet file a
+    manifest names, or the table's own metadata, and every record is there once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fs = s3_server.filesystem()
+    p = s3_pipeline()
+    p.produce(3000, start=BASE, hours=1)
+    p.register()  # two `dags test` processes would otherwise race to insert the new DAG's Asset row
+    at = [BASE, BASE + H]  # two Airflow runs (a date each); the later one finds batch 1 planned
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda logical: p.run(logical, run_after=logical + 100 * H), at))
+    assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
+    assert "executes it too" in "".join(o.output for o in outcomes) or len(p.ledger.list_batches(p.name)) == 2
+    assert _unreferenced(p, fs) == []
+    root = p.table.partition("://")[2]
+    left = [o for o in _objects(fs, p.table) if not o.endswith(".parquet")
+            and not o.startswith(f"{root}/_offsetbatch/manifests/")]
+    assert [o for o in left if "/attempts/" in o or o.endswith("_error.json")] == [], left
+    report = _check(p, fs)
+    assert report.ok, report.summary()
+
+
 def test_bucket_check_names_each_cause(s3_server):
     """``doctor``'s check: each cause its own error, naming the connection."""
     conn = s3_server.connection()
