@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_jars import fake_jar
 
 from offsetbatch import paths
 from offsetbatch.config import installed
@@ -56,14 +57,14 @@ def test_offsetbatch_spark_jars_hands_every_jar_of_the_folder_to_spark(wheel_ins
     folder = wheel_install / "jars"
     folder.mkdir()
     for name in [*CONNECTOR, "extra-udfs-1.0.jar"]:
-        (folder / name).write_bytes(b"")
+        fake_jar(folder / name)
     monkeypatch.setenv("OFFSETBATCH_SPARK_JARS", str(folder))
     assert spark_jars.job_jars("/data/table") == sorted(str(folder / n) for n in [*CONNECTOR, "extra-udfs-1.0.jar"])
     with pytest.raises(ArtifactError, match=r"OFFSETBATCH_SPARK_JARS=.*/jars has no jar of bundle, hadoop-aws "
                                             r"\(Hadoop's S3A connector \(hadoop-aws\), and this pipeline's sink is on S3\)"):
         spark_jars.job_jars("s3a://bucket/table")
     for name in ("hadoop-aws-3.5.0.jar", "bundle-2.35.4.jar"):
-        (folder / name).write_bytes(b"")
+        fake_jar(folder / name)
     assert len(spark_jars.job_jars("s3a://bucket/table")) == 7
 
 
@@ -75,7 +76,7 @@ def test_a_jar_folder_without_the_connector_names_what_is_missing(wheel_install,
     folder = wheel_install / "jars"
     folder.mkdir()
     for name in present:
-        (folder / name).write_bytes(b"")
+        fake_jar(folder / name)
     monkeypatch.setenv("OFFSETBATCH_SPARK_JARS", str(folder))
     with pytest.raises(ArtifactError, match=f"has no jar of {missing} \\(Spark's Kafka connector\\)"):
         spark_jars.spark_connector_jars()

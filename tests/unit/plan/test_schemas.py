@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fake_jars import fake_jar
 import yaml
 from schema_registry_server import SchemaRegistryServer
 
@@ -140,25 +141,17 @@ def test_an_unknown_subject_names_it_and_says_no_retry_helps(tmp_path, registry)
         batch_schemas.resolve(Pipeline(cfg), registry=_client(registry))
 
 
-def _jar(path) -> None:
-    """A jar file as far as the name and archive checks go: a zip with a manifest."""
-    import zipfile
-
-    with zipfile.ZipFile(path, "w") as jar:
-        jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-
-
 def test_an_avro_pipeline_needs_spark_avro_in_a_provided_jar_folder(tmp_path, monkeypatch):
     folder = tmp_path / "jars"
     folder.mkdir()
     for name in spark_jars.CONNECTOR:
-        _jar(folder / f"{name}-1.0.jar")
+        fake_jar(folder / f"{name}-1.0.jar")
     monkeypatch.setenv(spark_jars.ENV, str(folder))
     assert len(spark_jars.job_jars("/t", "json")) == 4
     with pytest.raises(ArtifactError, match=r"has no jar of spark-avro_2.13 \(the Spark jars of value format "
                                             r"'confluent-avro', which this pipeline parses with\)"):
         spark_jars.job_jars("/t", "json", "confluent-avro")  # an Avro key needs it too
-    _jar(folder / "spark-avro_2.13-4.2.0.jar")
+    fake_jar(folder / "spark-avro_2.13-4.2.0.jar")
     assert len(spark_jars.job_jars("/t", "avro")) == 5
 
 
@@ -168,7 +161,7 @@ def test_a_jar_that_is_not_an_archive_is_refused_naming_it(tmp_path, monkeypatch
     folder = tmp_path / "jars"
     folder.mkdir()
     for name in spark_jars.CONNECTOR:
-        _jar(folder / f"{name}-1.0.jar")
+        fake_jar(folder / f"{name}-1.0.jar")
     (folder / "kafka-clients-1.0.jar").write_bytes(b"")
     monkeypatch.setenv(spark_jars.ENV, str(folder))
     from offsetbatch.dag.retry_policy import is_permanent

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from fake_jars import fake_jar
 import yaml
 
 from offsetbatch.dag import spark_jars
@@ -156,12 +157,12 @@ def test_the_job_gets_the_formats_jars(registered, tmp_path, monkeypatch):
     folder = tmp_path / "jars"
     folder.mkdir()
     for name in spark_jars.CONNECTOR:
-        (folder / f"{name}-1.0.jar").write_bytes(b"")
+        fake_jar(folder / f"{name}-1.0.jar")
     monkeypatch.setenv(spark_jars.ENV, str(folder))
     with pytest.raises(ArtifactError, match=r"has no jar of spark-protobuf_2.13 \(the Spark jars of value format "
                                             r"'proto-standin'"):
         spark_jars.job_jars("/t", "proto-standin")
-    (folder / "spark-protobuf_2.13-4.3.0.jar").write_bytes(b"")
+    fake_jar(folder / "spark-protobuf_2.13-4.3.0.jar")
     assert len(spark_jars.job_jars("/t", "json", "proto-standin")) == 5
 
 
