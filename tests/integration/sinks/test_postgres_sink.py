@@ -292,6 +292,34 @@ def test_a_column_type_change_fails_before_anything_is_written(postgres, tmp_pat
                       key=str) == sorted([("/a",), (None,), ("",)], key=str)
 
 
+def test_text_that_is_not_utf8_is_refused_naming_the_record_and_the_column(postgres, tmp_path):
+    """What COPY does with a string that is not UTF-8 (a transform's CAST of raw bytes: the Avro
+    and JSON formats reject such records before the sink, issue 41 case 1): PostgreSQL refuses the
+    whole load. That used to be a retried SinkError naming neither the record nor the fix, failing
+    again on every retry and every later run. Now: no retry, the record and column named, nothing
+    written, the batch still loadable once the text is valid."""
+    from offsetbatch.dag.retry_policy import is_permanent
+
+    url = postgres.create_database(f"pg_utf8_{uuid.uuid4().hex[:8]}")
+    with Ledger(url, create=True) as ledger:
+        sink = PostgresSink("utf8_check", PostgresSettings(path=str(tmp_path / "staging"), table="public.ev", url=url))
+        with ledger.lock(sink.pipeline_name) as conn:
+            sink.publish_in_transaction(conn, 1, 1, _stage(sink, 1, _rows(3, 0)), ledger.identity)
+        # row 2 of batch 2: bytes c3 28 ff viewed as a string (pyarrow does not check a view; Spark's
+        # CAST(binary AS STRING) does not check either)
+        bad = pa.array([b"ok", b"bad \xc3\x28 \xff", b"ok too"], pa.binary()).view(pa.string())
+        rows = _rows(3, 3, page=bad)
+        with pytest.raises(SinkError) as err, ledger.lock(sink.pipeline_name) as conn:
+            sink.publish_in_transaction(conn, 2, 2, _stage(sink, 2, rows), ledger.identity)
+        message = str(err.value)
+        assert ("pipeline utf8_check batch 2, table public.ev: batch 2's row 2 (t/0 offset 4) holds text that is "
+                "not valid UTF-8 in column page, which PostgreSQL refuses (invalid byte sequence for "
+                'encoding "UTF8": 0xc3 0x28)') in message, message
+        assert "Nothing was written or committed" in message and "make_valid_utf8(col)" in message
+        assert is_permanent(err.value)
+        assert verify.rows_per_batch(url, "public.ev") == {1: 3}
+
+
 def test_the_unique_constraint_refuses_a_record_twice(postgres, tmp_path):
     """Even a bug that loaded one Kafka record under two batch ids could not: the constraint says no."""
     url = postgres.create_database(f"pg_unique_{uuid.uuid4().hex[:8]}")

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator
 
 from offsetbatch import faults, storage
-from offsetbatch.errors import SinkError
+from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
 from offsetbatch.sinks.base import PublishesInLedgerTransaction, RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.postgres.copy_stream import copy_rows
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__package__)  # the package's logger: every postgres sink message under one name
 
 OWNER_KEY = "offsetbatch"
+NOT_UTF8 = "22021"  # character_not_in_repertoire: COPY met bytes that are not text in the database's encoding
 
 
 class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
@@ -159,10 +161,31 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         try:
             self._load_batch(self._cursor(conn), manifest, batch_id, output_id, attempt, ledger_id)
         except psycopg2.Error as exc:
+            if getattr(exc, "pgcode", None) == NOT_UTF8:
+                raise SinkSchemaError(self._not_utf8(exc, manifest, batch_id, output_id)) from exc
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise SinkError(f"{self.where(output_id)}: PostgreSQL refused the load of attempt {attempt} of batch "
                             f"{batch_id}: {first}. The transaction was rolled back: nothing was written or committed, "
                             f"the batch stays planned. Fix the cause and re-run the commit task.") from exc
+
+    def _not_utf8(self, exc, manifest: Manifest, batch_id: int, output_id: int) -> str:
+        """What PostgreSQL's refusal of text that is not UTF-8 means (issue 41, case 1): the record
+        (by the COPY's line), the column, and what to do; no retry loads it, and every later batch
+        would wait behind it."""
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        found = re.search(r"COPY (\S+), line (\d+)(?:, column (\w+))?", getattr(exc.diag, "context", None) or "")
+        where, column = f"a row of batch {batch_id}", ""
+        if found:
+            rejected = found.group(1).endswith("_rejected")
+            where = f"batch {batch_id}'s {'rejected record' if rejected else 'row'} {found.group(2)}"
+            record = _record_at(manifest.rejected_files if rejected else manifest.data_files, int(found.group(2)) - 1)
+            where += f" ({record})" if record else ""
+            column = f" in column {found.group(3)}" if found.group(3) else ""
+        return (f"{self.where(output_id)}: {where} holds text that is not valid UTF-8{column}, "
+                f"which PostgreSQL refuses ({first}). Nothing was written or committed; the batch stays planned, "
+                f"and no retry loads it. Make the transform give valid text (make_valid_utf8(col), or "
+                f"try_validate_utf8(col) for NULL instead) or keep the column binary (bytea), then clear the "
+                f"spark_job task.")
 
     def _load_batch(self, cur, manifest: Manifest, batch_id: int, output_id: int, attempt: str, ledger_id: str) -> None:
         cur.execute("SET LOCAL TIME ZONE 'UTC'")
@@ -293,3 +316,23 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         if u.password:
             reader = reader.option("password", u.password)
         return reader.load()
+
+
+def _record_at(files: list[str], row: int) -> str | None:
+    """``topic/partition offset N`` of the ``row``-th staged row (0-based, over ``files`` in order),
+    when the rows carry the record's coordinates; ``None`` otherwise."""
+    import pyarrow.parquet as pq
+
+    for path in files:
+        fs, local = storage._fs(path)  # noqa: SLF001 - as the COPY stream reads them
+        with fs.open(local, "rb") as fh:
+            pf = pq.ParquetFile(fh)
+            if row >= pf.metadata.num_rows:
+                row -= pf.metadata.num_rows
+                continue
+            names = [c for c in ("kafka_topic", "kafka_partition", "kafka_offset") if c in pf.schema_arrow.names]
+            if len(names) < 3:
+                return None
+            values = pf.read(columns=names).slice(row, 1).to_pylist()[0]
+            return f"{values['kafka_topic']}/{values['kafka_partition']} offset {values['kafka_offset']}"
+    return None
