@@ -178,9 +178,11 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         if found:
             rejected = found.group(1).endswith("_rejected")
             where = f"batch {batch_id}'s {'rejected record' if rejected else 'row'} {found.group(2)}"
-            record = _record_at(manifest.rejected_files if rejected else manifest.data_files, int(found.group(2)) - 1)
+            record, columns = _row_at(manifest.rejected_files if rejected else manifest.data_files,
+                                      int(found.group(2)) - 1)
             where += f" ({record})" if record else ""
-            column = f" in column {found.group(3)}" if found.group(3) else ""
+            columns = columns or ([found.group(3)] if found.group(3) else [])
+            column = f" in column {', '.join(columns)}" if columns else ""
         return (f"{self.where(output_id)}: {where} holds text that is not valid UTF-8{column}, "
                 f"which PostgreSQL refuses ({first}). Nothing was written or committed; the batch stays planned, "
                 f"and no retry loads it. Make the transform give valid text (make_valid_utf8(col), or "
@@ -318,9 +320,12 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         return reader.load()
 
 
-def _record_at(files: list[str], row: int) -> str | None:
-    """``topic/partition offset N`` of the ``row``-th staged row (0-based, over ``files`` in order),
-    when the rows carry the record's coordinates; ``None`` otherwise."""
+
+def _row_at(files: list[str], row: int) -> tuple[str | None, list[str]]:
+    """The ``row``-th staged row (0-based, over ``files`` in the COPY's order): its record as
+    ``topic/partition offset N`` (``None`` when the rows do not carry it), and its text columns
+    whose bytes are not UTF-8 (PostgreSQL names the line only)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     for path in files:
@@ -330,9 +335,20 @@ def _record_at(files: list[str], row: int) -> str | None:
             if row >= pf.metadata.num_rows:
                 row -= pf.metadata.num_rows
                 continue
-            names = [c for c in ("kafka_topic", "kafka_partition", "kafka_offset") if c in pf.schema_arrow.names]
-            if len(names) < 3:
-                return None
-            values = pf.read(columns=names).slice(row, 1).to_pylist()[0]
-            return f"{values['kafka_topic']}/{values['kafka_partition']} offset {values['kafka_offset']}"
-    return None
+            table = pf.read().slice(row, 1)
+            break
+    else:
+        return None, []
+    bad = []
+    for name in table.column_names:
+        if pa.types.is_string(table.schema.field(name).type) or pa.types.is_large_string(table.schema.field(name).type):
+            raw = table.column(name).cast(pa.binary())[0].as_py()
+            try:
+                raw is None or raw.decode("utf-8")
+            except UnicodeDecodeError:
+                bad.append(name)
+    coords = ("kafka_topic", "kafka_partition", "kafka_offset")
+    if not set(coords) <= set(table.column_names):
+        return None, bad
+    values = table.select(list(coords)).to_pylist()[0]
+    return f"{values['kafka_topic']}/{values['kafka_partition']} offset {values['kafka_offset']}", bad
