@@ -62,6 +62,11 @@ class RunRequestError(PipelineError):
     """A trigger parameter (mode, window, batch ids, reset target) is invalid."""
 
 
+class ReplayRejectsMoreError(PipelineError):
+    """A replay would replace published rows with rejections of the same records, and the operator
+    did not ask for that (``allow_more_rejected``): refused at commit, before anything changes."""
+
+
 class BackfillRefusedError(PipelineError):
     """A backfill or replay asked for offsets the scheduled runs have not read yet."""
 

@@ -1,8 +1,9 @@
 """The commit of one finished Spark attempt of a batch, in this order:
 
 1. roll forward any batch a crash left committed but unpublished (``publication.publish_pending``);
-2. check the attempt's manifest against the plan (``manifest_check``), then the sink's
-   ``check_publishable``: a batch the sink could never publish is refused while still planned;
+2. check the attempt's manifest against the plan (``manifest_check``), a replay's rejections
+   against the output it replaces (``replay_guard``), then the sink's ``check_publishable``: a
+   batch the sink could never publish is refused while still planned;
 3. one ledger transaction under the pipeline lock: batch ``committed`` with its stats, frontier
    advanced by compare-and-set (docs/architecture.md, *Invariants* 3), and whatever the
    publication strategy does inside it;
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from offsetbatch import faults, storage
+from offsetbatch.commit import replay_guard
 from offsetbatch.commit.manifest_check import validate_manifest
 from offsetbatch.commit.publication import Publication, publication_for, publish_pending
 from offsetbatch.errors import BatchStateError, ManifestError
@@ -86,6 +88,7 @@ def commit_batch(pipeline: Pipeline, ledger: Ledger, batch_id: int, attempt: str
         )
     manifest = Manifest.load(manifest_uri)
     validate_manifest(batch, manifest, cfg.kafka.expect_offset_gaps)
+    replay_guard.check_rejections(ledger, batch, manifest)
     sink.check_publishable(batch_id, batch.output_id, attempt)
     faults.checkpoint("commit.before_transaction")
 

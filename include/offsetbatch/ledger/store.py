@@ -253,6 +253,23 @@ class Ledger:
                                 .order_by(frontier.c.topic, frontier.c.partition)).all()
         return [dict(r._mapping) for r in rows]
 
+    def planned_event(self, name: str, batch_id: int) -> dict:
+        """The detail of batch ``batch_id``'s ``batch_planned`` event (empty if it has none)."""
+        with self.reading() as conn:
+            row = conn.execute(sa.select(events.c.detail).where(
+                events.c.pipeline == name, events.c.batch_id == batch_id, events.c.kind == "batch_planned")
+                .order_by(events.c.id.desc()).limit(1)).first()
+        return dict(row[0] or {}) if row else {}
+
+    def published_writer(self, name: str, output_id: int) -> Batch | None:
+        """The committed batch whose rows are output ``output_id``'s now: the batch itself, or the
+        last committed replay of it."""
+        with self.reading() as conn:
+            found = conn.execute(sa.select(sa.func.max(batches.c.batch_id)).where(
+                batches.c.pipeline == name, batches.c.status == "committed",
+                sa.or_(batches.c.batch_id == output_id, batches.c.target_batch_id == output_id))).scalar()
+        return self.get_batch(name, found) if found is not None else None
+
     def list_events(self, name: str, limit: int = 100) -> list[dict]:
         with self.reading() as conn:
             rows = conn.execute(sa.select(events).where(events.c.pipeline == name)
@@ -373,9 +390,11 @@ class Ledger:
     def insert_batch(self, conn: sa.Connection, name: str, kind: str, planned: list[OffsetRange], *,
                      dag_id: str | None, run_id: str | None, interval: tuple[datetime | None, datetime | None],
                      output_path: str, target: Batch | None = None, lag_at_plan: int | None = None,
-                     run_type: str | None = None, actor: str | None = None, reason: str | None = None) -> Batch:
+                     run_type: str | None = None, actor: str | None = None, reason: str | None = None,
+                     allow_more_rejected: bool = False) -> Batch:
         """A new planned batch; a replay (``target``) stores no ranges of its own: it re-reads the target's.
-        ``lag_at_plan``: records between the frontier and the log end at planning (the UI's lag history)."""
+        ``lag_at_plan``: records between the frontier and the log end at planning (the UI's lag history).
+        ``allow_more_rejected`` (a replay's): kept in its ``batch_planned`` event for the commit's guard."""
         batch_id = self.next_batch_id(conn, name)
         conn.execute(batches.insert().values(
             pipeline=name, batch_id=batch_id, kind=kind, status="planned", dag_id=dag_id, run_id=run_id,
@@ -386,7 +405,8 @@ class Ledger:
         if target is not None:
             planned = [OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset) for r in target.ranges]
             self.event(conn, name, "batch_planned", {"kind": kind, "run_id": run_id, "replays": target.batch_id,
-                                                         "records": sum(r.size for r in planned), "reason": reason},
+                                                         "records": sum(r.size for r in planned), "reason": reason,
+                                                         "allow_more_rejected": allow_more_rejected},
                        batch_id, actor=actor)
             return Batch(name, batch_id, kind, "planned", planned, run_id, dag_id, target_batch_id=target.batch_id)
         if planned and conn.dialect.name == "postgresql":

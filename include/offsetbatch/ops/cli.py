@@ -364,6 +364,8 @@ def cmd_replay(args, out: Console) -> int:
         conf.update(replay_start=args.start, replay_end=args.end)
     if args.reason:
         conf["reason"] = args.reason
+    if args.allow_more_rejected:
+        conf["allow_more_rejected"] = True
     req = from_params(cfg.name, conf)
     with _ledger(pipeline) as ledger, ledger.reading() as conn:
         if req.batch_ids:
@@ -467,6 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, action="append", help="batch id to replay (repeatable)")
     p.add_argument("--from", dest="start", help="window start, ISO timestamp with timezone")
     p.add_argument("--to", dest="end", help="window end (exclusive)")
+    p.add_argument("--allow-more-rejected", action="store_true",
+                   help="let the replay reject records the output it replaces holds (refused at commit otherwise)")
     p.add_argument("--reason", help="kept in the audit log")
     p.add_argument("--trigger", action="store_true", help="run 'airflow dags trigger' instead of printing it")
     p.set_defaults(func=cmd_replay)

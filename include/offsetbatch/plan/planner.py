@@ -45,7 +45,8 @@ class RunInfo:
     def ledger_fields(self) -> dict:
         """What the ledger keeps about the run with each batch it plans (and in the audit event)."""
         return {"dag_id": self.dag_id, "run_id": self.run_id, "run_type": self.run_type,
-                "actor": self.request.actor, "reason": self.request.reason}
+                "actor": self.request.actor, "reason": self.request.reason,
+                "allow_more_rejected": self.request.allow_more_rejected}
 
     @property
     def cut_timestamp_ms(self) -> int | None:

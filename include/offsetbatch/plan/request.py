@@ -42,8 +42,8 @@ from offsetbatch.model import TopicPartition
 Mode = Literal["next", "replay", "reset", "backfill"]
 MODES = ("next", "replay", "reset")
 # The trigger params, in form order (``dag_params`` builds one Param each); any other key is refused.
-PARAM_NAMES = ("mode", "replay_start", "replay_end", "batch_ids", "reset_to", "dry_run", "allow_rewind",
-               "allow_data_loss", "reason")
+PARAM_NAMES = ("mode", "replay_start", "replay_end", "batch_ids", "allow_more_rejected", "reset_to", "dry_run",
+               "allow_rewind", "allow_data_loss", "reason")
 # ``reason`` is stored in the ledger's audit table and logged: enough for a sentence and a ticket link.
 MAX_REASON_CHARS = 1000
 # A reset that records more skipped (never read) offsets than this, summed over partitions, needs
@@ -55,7 +55,7 @@ MAX_RESET_SKIP = 10_000
 # The params only one mode reads, with the form's defaults (``dag_params``): a value other than the
 # default under another mode is refused (``check_mode_params``), as that mode would ignore it.
 MODE_PARAMS: dict[str, dict[str, Any]] = {
-    "replay": {"replay_start": None, "replay_end": None, "batch_ids": None},
+    "replay": {"replay_start": None, "replay_end": None, "batch_ids": None, "allow_more_rejected": False},
     "reset": {"reset_to": None, "dry_run": True, "allow_rewind": False, "allow_data_loss": False},
 }
 # Batch ids and offsets are BIGINT in the ledger (and int64 in Kafka); partitions are int32 in Kafka.
@@ -92,6 +92,7 @@ class RunRequest:
     dry_run: bool = True
     allow_rewind: bool = False
     allow_data_loss: bool = False
+    allow_more_rejected: bool = False  # replay: may reject records its target published (``commit.replay_guard``)
     reason: str | None = None
     actor: str | None = None
 
@@ -300,6 +301,7 @@ def from_params(name: str, params: dict | None, run_type: str | None = None,
     if mode == "next":
         return RunRequest("next", **common)
     if mode == "replay":
+        common["allow_more_rejected"] = _flag(name, params, "allow_more_rejected", False)
         start, end, ids = params.get("replay_start"), params.get("replay_end"), _batch_ids(name, params.get("batch_ids"))
         if ids and (start or end):
             raise RunRequestError(f"pipeline {name}: give replay either batch_ids or a window "
@@ -338,6 +340,11 @@ def dag_params() -> dict:
                             description="replay only: ISO timestamp with timezone, exclusive; must be after the start."),
         "batch_ids": Param(None, type=["null", "string"], title="Replay: batch ids",
                            description="replay only, instead of a window: comma-separated ids, e.g. 3,4,7."),
+        "allow_more_rejected": Param(False, type="boolean", title="Replay: allow rejecting published records",
+                                     description="replay only: a replay that rejects more records than the output "
+                                                 "it replaces would replace published rows with rejections; it is "
+                                                 "refused at commit unless this is ticked (a stricter schema or "
+                                                 "transform on purpose)."),
         # An object too: `--conf '{"reset_to": {"events": {"0": 1200}}}'` is the README's form.
         "reset_to": Param(None, type=["null", "string", "object"], title="Reset: target",
                           description='reset only: earliest | latest | ISO timestamp with timezone | JSON '

@@ -83,6 +83,13 @@ def test_allow_data_loss_is_off_unless_given():
     assert from_params("p", {"mode": "reset", "reset_to": "latest", "allow_data_loss": True}).allow_data_loss
 
 
+def test_allow_more_rejected_is_a_replay_flag_off_unless_given():
+    assert not from_params("p", {"mode": "replay", "batch_ids": "1"}).allow_more_rejected
+    assert from_params("p", {"mode": "replay", "batch_ids": "1", "allow_more_rejected": True}).allow_more_rejected
+    with pytest.raises(RunRequestError, match="allow_more_rejected=True applies to mode replay only"):
+        from_params("p", {"mode": "next", "allow_more_rejected": True})
+
+
 @pytest.mark.parametrize("conf, named", [
     ({"mdoe": "reset", "reset_to": "latest"}, "'mdoe' (did you mean 'mode'?)"),
     ({"mode": "reset", "reset_to": "latest", "dryrun": False}, "'dryrun' (did you mean 'dry_run'?)"),
@@ -96,8 +103,8 @@ def test_unknown_keys_are_refused_naming_the_key_and_the_known_ones(conf, named)
             call()
         message = str(err.value)
         assert message.startswith("pipeline orders: unknown trigger parameter(s) ") and named in message
-        assert "the known ones are mode, replay_start, replay_end, batch_ids, reset_to, dry_run, allow_rewind, " \
-               "allow_data_loss, reason" in message and message.endswith("Nothing was changed.")
+        assert "the known ones are mode, replay_start, replay_end, batch_ids, allow_more_rejected, reset_to, dry_run, " \
+               "allow_rewind, allow_data_loss, reason" in message and message.endswith("Nothing was changed.")
     check_keys("orders", None)
     check_keys("orders", {name: None for name in PARAM_NAMES})
 
