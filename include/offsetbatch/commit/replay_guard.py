@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 def check_rejections(ledger: "Ledger", batch: "Batch", manifest: "Manifest") -> None:
     """Raise ``ReplayRejectsMoreError`` when replay ``batch`` rejects more records than the output
-    it replaces did and its run did not allow it (a replay's ``batch_planned`` event holds the flag)."""
+    it replaces did and the last run that executes it did not allow it (its ``batch_planned`` or
+    ``batch_resumed`` event holds the flag: a second trigger that joins a refused replay decides)."""
     if batch.target_batch_id is None:
         return
     name = batch.pipeline
@@ -40,7 +41,7 @@ def check_rejections(ledger: "Ledger", batch: "Batch", manifest: "Manifest") -> 
              f"{current.batch_id}'s now)")
     counts = (f"it rejects {after:,} record(s) where the output it replaces rejected {before:,} (rows "
               f"{int(current.stats.get('rows_out') or 0):,} → {manifest.rows_out:,})")
-    if ledger.planned_event(name, batch.batch_id).get("allow_more_rejected"):
+    if ledger.last_request(name, batch.batch_id).get("allow_more_rejected"):
         log.warning("%s: %s; allowed by the run's allow_more_rejected, so %d published row(s) become rejections",
                     where, counts, after - before)
         return

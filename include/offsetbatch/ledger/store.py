@@ -253,12 +253,13 @@ class Ledger:
                                 .order_by(frontier.c.topic, frontier.c.partition)).all()
         return [dict(r._mapping) for r in rows]
 
-    def planned_event(self, name: str, batch_id: int) -> dict:
-        """The detail of batch ``batch_id``'s ``batch_planned`` event (empty if it has none)."""
+    def last_request(self, name: str, batch_id: int) -> dict:
+        """The detail of the last ``batch_planned`` or ``batch_resumed`` event of batch ``batch_id``:
+        what the last run that executes it asked (empty if none)."""
         with self.reading() as conn:
             row = conn.execute(sa.select(events.c.detail).where(
-                events.c.pipeline == name, events.c.batch_id == batch_id, events.c.kind == "batch_planned")
-                .order_by(events.c.id.desc()).limit(1)).first()
+                events.c.pipeline == name, events.c.batch_id == batch_id,
+                events.c.kind.in_(("batch_planned", "batch_resumed"))).order_by(events.c.id.desc()).limit(1)).first()
         return dict(row[0] or {}) if row else {}
 
     def published_writer(self, name: str, output_id: int) -> Batch | None:

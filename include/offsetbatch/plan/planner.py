@@ -306,7 +306,8 @@ def _plan_history(pipeline: Pipeline, ledger: Ledger, conn, kafka: KafkaAdmin, r
     for target in targets:
         if target.batch_id in pending:  # another run is replaying it right now: run that batch, not a second one
             b = pending[target.batch_id]
-            ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id}, b.batch_id)
+            ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id,
+                                                       "allow_more_rejected": req.allow_more_rejected}, b.batch_id)
             log.info("pipeline %s batch %d: replays batch %d for run %s and is not committed yet; run %s executes "
                      "it too (unchanged) instead of replaying batch %d again: %s", name, b.batch_id, target.batch_id,
                      b.run_id, run.run_id, target.batch_id, b.describe_ranges())

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import yaml
 
 from offsetbatch.sinks.files import TableLayout
 
@@ -82,6 +83,26 @@ def test_replay_by_batch_id_replaces_that_batch_output(make_pipeline):
     shown = json.loads(res.stdout)
     assert shown["replays"] == [2] and shown["command"].startswith(f"airflow dags trigger {p.dag_id} --conf")
     assert _cli(p, "replay", p.name, "--batch", "42").returncode == 4
+
+    # Today's config rejects records batch 2 published (only purchases have an amount): the replay is
+    # refused at commit, loudly and at once, and the table keeps batch 2's rows (issue 41, case 7).
+    cfg = yaml.safe_load(p.config_path.read_text())
+    cfg["value"]["required"] = [*cfg["value"]["required"], "amount"]
+    p.config_path.write_text(yaml.safe_dump(cfg))
+    before = p.snapshot()
+    refused = p.run(None, conf={"mode": "replay", "batch_ids": "2", "reason": "stricter schema"})
+    refused.assert_failed_with("(replays batch 2, whose output is batch 2's now): it rejects ")
+    assert "ReplayRejectsMoreError" in refused.output and "AirflowFailException" in refused.output
+    assert "trigger the replay again with allow_more_rejected ticked" in refused.output
+    after = p.snapshot()  # the same files, frontier and committed batches; the refused replay stays planned
+    assert {k: after[k] for k in ("files", "frontier", "gaps")} == {k: before[k] for k in ("files", "frontier", "gaps")}
+    assert [b for b in after["batches"] if b[1] != "planned"] == before["batches"]
+    # Asked for, the same pending replay commits: batch 2's output is now the purchases only.
+    allowed = p.run(None, conf={"mode": "replay", "batch_ids": "2", "allow_more_rejected": True,
+                                "reason": "stricter schema, on purpose"})
+    assert allowed.ok, allowed.output[-4000:]
+    replays = [b for b in p.ledger.list_batches(p.name) if b.kind == "replay" and b.target_batch_id == 2]
+    assert [b.status for b in replays] == ["committed"] and replays[0].stats["rows_rejected"] > 0
 
 
 def test_reset_dry_run_then_forward_reset_from_the_trigger_form(make_pipeline):
