@@ -267,9 +267,10 @@ class Sink(ABC):
         """The Parquet writes every sink's ``stage`` ends with: the data first (the job's one pass),
         then the rejected rows. The row count comes from the write itself (an observation), not
         from reading the files back; so do ``metrics``, aggregates the sink's commit half reads in
-        the manifest (``Manifest.sink_metrics``) instead of reading the files. Timestamps are written as INT64 microseconds, not Spark's
-        default INT96, which other readers (pyarrow, Iceberg) read wrongly or not at all: pyarrow
-        turns INT96 into nanoseconds, so years after 2262 overflow (9999-12-31 became 1816)."""
+        the manifest (``Manifest.sink_metrics``) instead of reading the files. Timestamps are
+        written as INT64 microseconds, not Spark's default INT96, which other readers (pyarrow,
+        Iceberg) read wrongly or not at all: pyarrow turns INT96 into nanoseconds, so years after
+        2262 overflow (9999-12-31 became 1816)."""
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
