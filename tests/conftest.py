@@ -49,23 +49,11 @@ logging.getLogger("kafka").setLevel(logging.WARNING)
 logging.getLogger("py4j").setLevel(logging.WARNING)  # its __del__ logs after pytest closed the stream
 
 
-# Modules too heavy for one worker, split in two by a parametrized fixture: each value's tests are a
-# group of their own for pytest-xdist (``--dist loadgroup``). failure_recovery's crash tests on
-# local[2] and on the standalone cluster took 47 minutes on one worker, longer than the rest of the
-# suite on the other.
-SPLIT_BY = {"test_failure_recovery.py": "new_pipeline"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     def weight(item) -> int:
         name = item.path.name
         return HEAVIEST_FIRST.index(name) if name in HEAVIEST_FIRST else len(HEAVIEST_FIRST)
     items.sort(key=weight)  # stable: a module's own order is kept
-    for item in items:  # one group per module (as --dist loadfile), or per value of its SPLIT_BY fixture
-        param = SPLIT_BY.get(item.path.name)
-        value = item.callspec.params.get(param) if param and hasattr(item, "callspec") else None
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0] + (f"[{value}]" if value else "")))
 
 
 @pytest.fixture(scope="session")

@@ -21,16 +21,6 @@ BASE = datetime(2026, 11, 2, tzinfo=timezone.utc)
 H = timedelta(hours=1)
 
 
-@pytest.fixture(params=["local", "cluster"])
-def new_pipeline(request, make_pipeline):
-    """``make_pipeline`` on the default connections, or with the Spark connection on the standalone
-    master (the broker stays the suite's: three brokers under failures are test_cluster_runs')."""
-    if request.param == "local":
-        return make_pipeline
-    spark = request.getfixturevalue("spark_standalone")
-    return lambda: cluster_pipeline(make_pipeline, spark)
-
-
 def _committed_first_hour(p):
     p.produce(1000, start=BASE, hours=2)
     first = p.run(BASE)
@@ -42,101 +32,130 @@ def _published(p, batch_id: int) -> bool:
     return Path(TableLayout(p.table).data(batch_id)).exists()
 
 
-def test_crash_after_planning_then_rerun_of_the_same_run(new_pipeline):
-    p = new_pipeline()
-    _committed_first_hour(p)
-    crashed = p.run(BASE + H, faults="plan.after_commit")
-    crashed.assert_failed_with("injected fault at plan.after_commit")
-    pending = p.ledger.list_batches(p.name, 1)[0]
-    assert (pending.batch_id, pending.status) == (2, "planned")
-    assert not _published(p, 2)
+class CrashesThenReruns:
+    """The crash tests; each subclass gives ``new_pipeline`` its Spark connection. Two classes, not
+    a parametrized fixture: pytest-xdist's ``--dist loadscope`` hands each class to a worker of its
+    own, so the two halves (about 20 minutes each here) run side by side."""
 
-    rerun = p.run(BASE + H, run_after=crashed.run_after)
-    assert rerun.ok, rerun.output[-4000:]
-    again = p.ledger.get_batch(p.name, 2)
-    assert again.status == "committed" and again.ranges == pending.ranges  # ranges never change after planning
-    report = p.check()
-    assert report.ok, report.summary()
+    SPARK: str
 
+    def test_crash_after_planning_then_rerun_of_the_same_run(self, new_pipeline):
+        p = new_pipeline()
+        _committed_first_hour(p)
+        crashed = p.run(BASE + H, faults="plan.after_commit")
+        crashed.assert_failed_with("injected fault at plan.after_commit")
+        pending = p.ledger.list_batches(p.name, 1)[0]
+        assert (pending.batch_id, pending.status) == (2, "planned")
+        assert not _published(p, 2)
 
-def test_spark_driver_killed_mid_write_then_rerun(new_pipeline, spark, request):
-    p = new_pipeline()
-    _committed_first_hour(p)
-    committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
-    crashed = p.run(BASE + H, faults="job.kill_during_write")
-    crashed.assert_failed_with("killing the Spark driver mid-write")
-    # the task log says in one line which batch failed, why, and what the next run does
-    crashed.assert_failed_with("batch(es) 2 attempt ")
-    crashed.assert_failed_with("the Spark job failed (spark-submit was killed by signal 9 (SIGKILL))")
-    crashed.assert_failed_with("the next run (or a retry of this task) re-executes batch(es) 2 unchanged")
-    layout = TableLayout(p.table)
-    partial = list(Path(layout.attempts(2)).rglob("part-*"))
-    if request.node.callspec.params["new_pipeline"] == "local":
-        # local[2]: the executors are the driver's threads and die with it, mid-write
-        assert partial, "the killed attempt left partial files in its staging folder"
-    # On a cluster the executor JVM outlives the driver for a moment and may abort its task, which
-    # deletes the task's temporary files (seen once in CI): partial files or none, what follows holds.
-    assert not list(Path(layout.attempts(2)).rglob("_manifest.json"))
-    assert p.ledger.get_batch(p.name, 2).status == "planned"
-    assert not _published(p, 2)
-    assert p.check().missing  # hour 2 is not visible yet
-    # Plain Spark reads of the table see batch 1 only, not the killed attempt's partial files.
-    visible = FilesSink.at(p.table).read_committed(spark).select("event_id", "batch_id").collect()
-    assert {r.event_id for r in visible} == committed_ids and {r.batch_id for r in visible} == {1}
-
-    rerun = p.run(BASE + H, run_after=crashed.run_after)
-    assert rerun.ok, rerun.output[-4000:]
-    report = p.check()
-    assert report.ok, report.summary()
-    assert not Path(layout.attempts(2)).exists(), "the killed attempt's files were cleaned up"
+        rerun = p.run(BASE + H, run_after=crashed.run_after)
+        assert rerun.ok, rerun.output[-4000:]
+        again = p.ledger.get_batch(p.name, 2)
+        assert again.status == "committed" and again.ranges == pending.ranges  # ranges never change after planning
+        report = p.check()
+        assert report.ok, report.summary()
 
 
-def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(new_pipeline):
-    p = new_pipeline()
-    _committed_first_hour(p)
-    crashed = p.run(BASE + H, faults="commit.before_transaction")
-    crashed.assert_failed_with("injected fault at commit.before_transaction")
-    pending = p.ledger.get_batch(p.name, 2)
-    assert pending.status == "planned" and not _published(p, 2)
+    def test_spark_driver_killed_mid_write_then_rerun(self, new_pipeline, spark):
+        p = new_pipeline()
+        _committed_first_hour(p)
+        committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
+        crashed = p.run(BASE + H, faults="job.kill_during_write")
+        crashed.assert_failed_with("killing the Spark driver mid-write")
+        # the task log says in one line which batch failed, why, and what the next run does
+        crashed.assert_failed_with("batch(es) 2 attempt ")
+        crashed.assert_failed_with("the Spark job failed (spark-submit was killed by signal 9 (SIGKILL))")
+        crashed.assert_failed_with("the next run (or a retry of this task) re-executes batch(es) 2 unchanged")
+        layout = TableLayout(p.table)
+        partial = list(Path(layout.attempts(2)).rglob("part-*"))
+        if self.SPARK == "local":
+            # local[2]: the executors are the driver's threads and die with it, mid-write
+            assert partial, "the killed attempt left partial files in its staging folder"
+        # On a cluster the executor JVM outlives the driver for a moment and may abort its task, which
+        # deletes the task's temporary files (seen once in CI): partial files or none, what follows holds.
+        assert not list(Path(layout.attempts(2)).rglob("_manifest.json"))
+        assert p.ledger.get_batch(p.name, 2).status == "planned"
+        assert not _published(p, 2)
+        assert p.check().missing  # hour 2 is not visible yet
+        # Plain Spark reads of the table see batch 1 only, not the killed attempt's partial files.
+        visible = FilesSink.at(p.table).read_committed(spark).select("event_id", "batch_id").collect()
+        assert {r.event_id for r in visible} == committed_ids and {r.batch_id for r in visible} == {1}
 
-    p.produce(500, start=BASE + 2 * H, hours=1)
-    later = p.run(BASE + 2 * H)  # a different Airflow run: executes the pending batch first, unchanged
-    assert later.ok, later.output[-4000:]
-    assert "not committed; run" in later.output
-    done = p.ledger.get_batch(p.name, 2)
-    assert done.status == "committed" and done.ranges == pending.ranges and done.run_id == pending.run_id
-    nxt = p.run(BASE + 2 * H)  # then the next run reads the rest
-    assert nxt.ok, nxt.output[-4000:]
-    report = p.check()
-    assert report.ok, report.summary()
-
-
-def test_crash_inside_the_commit_transaction_rolls_back(new_pipeline):
-    p = new_pipeline()
-    before = _committed_first_hour(p)
-    crashed = p.run(BASE + H, faults="commit.in_transaction")
-    crashed.assert_failed_with("injected fault at commit.in_transaction")
-    assert p.ledger.get_batch(p.name, 2).status == "planned"
-    assert p.ledger.frontier_rows(p.name) == before["frontier"]  # the CAS update was rolled back
-    assert not _published(p, 2)
-
-    rerun = p.run(BASE + H, run_after=crashed.run_after)
-    assert rerun.ok, rerun.output[-4000:]
-    report = p.check()
-    assert report.ok, report.summary()
+        rerun = p.run(BASE + H, run_after=crashed.run_after)
+        assert rerun.ok, rerun.output[-4000:]
+        report = p.check()
+        assert report.ok, report.summary()
+        assert not Path(layout.attempts(2)).exists(), "the killed attempt's files were cleaned up"
 
 
-def test_crash_after_commit_before_publish_rolls_forward(new_pipeline):
-    p = new_pipeline()
-    _committed_first_hour(p)
-    crashed = p.run(BASE + H, faults="commit.after_transaction")
-    crashed.assert_failed_with("injected fault at commit.after_transaction")
-    batch = p.ledger.get_batch(p.name, 2)
-    assert batch.status == "committed" and batch.stats["published_at"] is None
-    assert not _published(p, 2)  # committed but not yet visible: readers never see a half state
+    def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(self, new_pipeline):
+        p = new_pipeline()
+        _committed_first_hour(p)
+        crashed = p.run(BASE + H, faults="commit.before_transaction")
+        crashed.assert_failed_with("injected fault at commit.before_transaction")
+        pending = p.ledger.get_batch(p.name, 2)
+        assert pending.status == "planned" and not _published(p, 2)
 
-    rerun = p.run(BASE + H, run_after=crashed.run_after)
-    assert rerun.ok, rerun.output[-4000:]
-    assert "was committed but not published; published it now" in rerun.output
-    report = p.check()
-    assert report.ok, report.summary()
+        p.produce(500, start=BASE + 2 * H, hours=1)
+        later = p.run(BASE + 2 * H)  # a different Airflow run: executes the pending batch first, unchanged
+        assert later.ok, later.output[-4000:]
+        assert "not committed; run" in later.output
+        done = p.ledger.get_batch(p.name, 2)
+        assert done.status == "committed" and done.ranges == pending.ranges and done.run_id == pending.run_id
+        nxt = p.run(BASE + 2 * H)  # then the next run reads the rest
+        assert nxt.ok, nxt.output[-4000:]
+        report = p.check()
+        assert report.ok, report.summary()
+
+
+    def test_crash_inside_the_commit_transaction_rolls_back(self, new_pipeline):
+        p = new_pipeline()
+        before = _committed_first_hour(p)
+        crashed = p.run(BASE + H, faults="commit.in_transaction")
+        crashed.assert_failed_with("injected fault at commit.in_transaction")
+        assert p.ledger.get_batch(p.name, 2).status == "planned"
+        assert p.ledger.frontier_rows(p.name) == before["frontier"]  # the CAS update was rolled back
+        assert not _published(p, 2)
+
+        rerun = p.run(BASE + H, run_after=crashed.run_after)
+        assert rerun.ok, rerun.output[-4000:]
+        report = p.check()
+        assert report.ok, report.summary()
+
+
+    def test_crash_after_commit_before_publish_rolls_forward(self, new_pipeline):
+        p = new_pipeline()
+        _committed_first_hour(p)
+        crashed = p.run(BASE + H, faults="commit.after_transaction")
+        crashed.assert_failed_with("injected fault at commit.after_transaction")
+        batch = p.ledger.get_batch(p.name, 2)
+        assert batch.status == "committed" and batch.stats["published_at"] is None
+        assert not _published(p, 2)  # committed but not yet visible: readers never see a half state
+
+        rerun = p.run(BASE + H, run_after=crashed.run_after)
+        assert rerun.ok, rerun.output[-4000:]
+        assert "was committed but not published; published it now" in rerun.output
+        report = p.check()
+        assert report.ok, report.summary()
+
+
+class TestOnLocalSpark(CrashesThenReruns):
+    """The default connections: ``local[2]``, the executors are the driver's threads."""
+
+    SPARK = "local"
+
+    @pytest.fixture
+    def new_pipeline(self, make_pipeline):
+        return make_pipeline
+
+
+class TestOnTheStandaloneCluster(CrashesThenReruns):
+    """The Spark connection on the standalone master with one worker (issue 17): executors in their
+    own JVMs write the staged files. The broker stays the suite's (three brokers under failures are
+    test_cluster_runs')."""
+
+    SPARK = "cluster"
+
+    @pytest.fixture
+    def new_pipeline(self, make_pipeline, spark_standalone):
+        return lambda: cluster_pipeline(make_pipeline, spark_standalone)
