@@ -320,35 +320,42 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         return reader.load()
 
 
-
 def _row_at(files: list[str], row: int) -> tuple[str | None, list[str]]:
-    """The ``row``-th staged row (0-based, over ``files`` in the COPY's order): its record as
-    ``topic/partition offset N`` (``None`` when the rows do not carry it), and its text columns
-    whose bytes are not UTF-8 (PostgreSQL names the line only)."""
+    """The staged row that holds text that is not UTF-8: the ``row``-th (0-based, over ``files`` in
+    the COPY's order) when it does, else the first that does (a value with a line break makes the
+    COPY's line numbers run ahead of the rows). Returns its record as ``topic/partition offset N``
+    (``None`` when the rows do not carry it) and its text columns that are not UTF-8; ``(None, [])``
+    when no row has any. Read only on this error path."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    table = None
     for path in files:
         fs, local = storage._fs(path)  # noqa: SLF001 - as the COPY stream reads them
         with fs.open(local, "rb") as fh:
-            pf = pq.ParquetFile(fh)
-            if row >= pf.metadata.num_rows:
-                row -= pf.metadata.num_rows
-                continue
-            table = pf.read().slice(row, 1)
-            break
-    else:
+            part = pq.ParquetFile(fh).read()
+        table = part if table is None else pa.concat_tables([table, part], promote_options="permissive")
+    if table is None:
         return None, []
-    bad = []
-    for name in table.column_names:
-        if pa.types.is_string(table.schema.field(name).type) or pa.types.is_large_string(table.schema.field(name).type):
-            raw = table.column(name).cast(pa.binary())[0].as_py()
-            try:
-                raw is None or raw.decode("utf-8")
-            except UnicodeDecodeError:
-                bad.append(name)
+    text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
+    bad_at: dict[int, list[str]] = {}
+    for name in text:
+        for i, raw in enumerate(table.column(name).cast(pa.binary()).to_pylist()):
+            if raw is not None and not _utf8(raw):
+                bad_at.setdefault(i, []).append(name)
+    if not bad_at:
+        return None, []
+    at = row if row in bad_at else min(bad_at)
     coords = ("kafka_topic", "kafka_partition", "kafka_offset")
     if not set(coords) <= set(table.column_names):
-        return None, bad
-    values = table.select(list(coords)).to_pylist()[0]
-    return f"{values['kafka_topic']}/{values['kafka_partition']} offset {values['kafka_offset']}", bad
+        return None, bad_at[at]
+    v = table.slice(at, 1).select(list(coords)).to_pylist()[0]
+    return f"{v['kafka_topic']}/{v['kafka_partition']} offset {v['kafka_offset']}", bad_at[at]
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
