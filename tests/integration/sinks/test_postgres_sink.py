@@ -307,7 +307,8 @@ def test_text_that_is_not_utf8_is_refused_naming_the_record_and_the_column(postg
             sink.publish_in_transaction(conn, 1, 1, _stage(sink, 1, _rows(3, 0)), ledger.identity)
         # row 2 of batch 2: bytes c3 28 ff viewed as a string (pyarrow does not check a view; Spark's
         # CAST(binary AS STRING) does not check either)
-        bad = pa.array([b"ok", b"bad \xc3\x28 \xff", b"ok too"], pa.binary()).view(pa.string())
+        # (row 1's line break puts row 2 on the COPY's line 3: the message names the row, not the line)
+        bad = pa.array([b"ok,\nover two lines", b"bad \xc3\x28 \xff", b"ok too"], pa.binary()).view(pa.string())
         rows = _rows(3, 3, page=bad)
         with pytest.raises(SinkError) as err, ledger.lock(sink.pipeline_name) as conn:
             sink.publish_in_transaction(conn, 2, 2, _stage(sink, 2, rows), ledger.identity)

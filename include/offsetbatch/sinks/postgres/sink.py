@@ -177,9 +177,10 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         where, column = f"a row of batch {batch_id}", ""
         if found:
             rejected = found.group(1).endswith("_rejected")
-            where = f"batch {batch_id}'s {'rejected record' if rejected else 'row'} {found.group(2)}"
-            record, columns = _row_at(manifest.rejected_files if rejected else manifest.data_files,
-                                      int(found.group(2)) - 1)
+            at, record, columns = _row_at(manifest.rejected_files if rejected else manifest.data_files,
+                                          int(found.group(2)) - 1)
+            number = at + 1 if at is not None else int(found.group(2))
+            where = f"batch {batch_id}'s {'rejected record' if rejected else 'row'} {number}"
             where += f" ({record})" if record else ""
             columns = columns or ([found.group(3)] if found.group(3) else [])
             column = f" in column {', '.join(columns)}" if columns else ""
@@ -320,12 +321,12 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         return reader.load()
 
 
-def _row_at(files: list[str], row: int) -> tuple[str | None, list[str]]:
+def _row_at(files: list[str], row: int) -> tuple[int | None, str | None, list[str]]:
     """The staged row that holds text that is not UTF-8: the ``row``-th (0-based, over ``files`` in
     the COPY's order) when it does, else the first that does (a value with a line break makes the
-    COPY's line numbers run ahead of the rows). Returns its record as ``topic/partition offset N``
-    (``None`` when the rows do not carry it) and its text columns that are not UTF-8; ``(None, [])``
-    when no row has any. Read only on this error path."""
+    COPY's line numbers run ahead of the rows). Returns its index, its record as ``topic/partition
+    offset N`` (``None`` when the rows do not carry it) and its text columns that are not UTF-8;
+    ``(None, None, [])`` when no row has any. Read only on this error path."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -336,7 +337,7 @@ def _row_at(files: list[str], row: int) -> tuple[str | None, list[str]]:
             part = pq.ParquetFile(fh).read()
         table = part if table is None else pa.concat_tables([table, part], promote_options="permissive")
     if table is None:
-        return None, []
+        return None, None, []
     text = [f.name for f in table.schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
     bad_at: dict[int, list[str]] = {}
     for name in text:
@@ -344,13 +345,13 @@ def _row_at(files: list[str], row: int) -> tuple[str | None, list[str]]:
             if raw is not None and not _utf8(raw):
                 bad_at.setdefault(i, []).append(name)
     if not bad_at:
-        return None, []
+        return None, None, []
     at = row if row in bad_at else min(bad_at)
     coords = ("kafka_topic", "kafka_partition", "kafka_offset")
     if not set(coords) <= set(table.column_names):
-        return None, bad_at[at]
+        return at, None, bad_at[at]
     v = table.slice(at, 1).select(list(coords)).to_pylist()[0]
-    return f"{v['kafka_topic']}/{v['kafka_partition']} offset {v['kafka_offset']}", bad_at[at]
+    return at, f"{v['kafka_topic']}/{v['kafka_partition']} offset {v['kafka_offset']}", bad_at[at]
 
 
 def _utf8(raw: bytes) -> bool:
