@@ -16,7 +16,7 @@ import yaml
 from harness import avro_pipeline, produce_avro, sample_sink, set_reader_version
 from schema_registry_server import SchemaRegistryServer
 
-from offsetbatch.config import PIPELINES_DIR, load_config
+from offsetbatch.config import load_config
 from offsetbatch_dev import verify
 from offsetbatch_dev.sample.avro_events import EVENT_V1, EVENT_V2, referrer_of
 
