@@ -4,7 +4,6 @@ OFFSETBATCH_SPARK_JARS, with errors that name the folder and the missing jar."""
 
 from __future__ import annotations
 
-
 import pytest
 from fake_jars import fake_jar
 
