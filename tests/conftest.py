@@ -12,7 +12,7 @@ import os
 import shutil
 
 import pytest
-from harness import worker_port
+from harness import RUNNER, worker_port
 
 from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
@@ -131,6 +131,7 @@ def airflow_env(test_state, kafka_broker, postgres):
     env.pop("OFFSETBATCH_FAULTS", None)
     res = subprocess.run(["airflow", "db", "migrate"], env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    RUNNER.serve(env)  # the DAG runs under these settings fork from one warm process (harness.DagRunner)
     return env
 
 

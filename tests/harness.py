@@ -4,6 +4,7 @@ the suite's Spark Connect server in modules marked ``spark_connect``)."""
 
 from __future__ import annotations
 
+import atexit
 import glob
 import json
 import os
@@ -23,6 +24,67 @@ from offsetbatch_dev import verify
 from offsetbatch_dev.sample.producer import ProduceResult, produce
 
 HELPER = Path(__file__).parent / "helpers" / "run_dag.py"
+
+
+class DagRunner:
+    """One long-lived ``run_dag.py --serve`` process per pytest worker, which forks a warm copy of
+    itself per run, for the runs it can take: those under the suite's Airflow settings (``serve``;
+    ``AIRFLOW__*`` are read once, at import), one at a time (runs a test starts side by side each
+    need their own process). The others go to a fresh ``run_dag.py`` process, as every run did
+    before."""
+
+    TIMEOUT_S = 600
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._settings: dict | None = None
+        self._busy = threading.Lock()
+
+    @staticmethod
+    def settings(env: dict) -> dict:
+        return {k: v for k, v in env.items() if k.startswith("AIRFLOW__")}
+
+    def serve(self, env: dict) -> None:
+        """Take the runs under ``env``'s Airflow settings (the suite's ``airflow_env``)."""
+        self._settings = self.settings(env)
+
+    def run(self, request: dict, env: dict, log: Path) -> int | None:
+        """The run's exit code, or None when this runner cannot take it (then run it in a process)."""
+        if self._settings != self.settings(env) or not self._busy.acquire(blocking=False):
+            return None  # a module's own settings (lineage), or a run beside the one going
+        try:
+            if self._proc is not None and self._proc.poll() is not None:
+                self._proc = None
+            if self._proc is None:
+                self._proc = subprocess.Popen([sys.executable, str(HELPER), "--serve"], env=env, text=True,
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            self._proc.stdin.write(json.dumps({**request, "env": env, "log": str(log)}) + "\n")
+            self._proc.stdin.flush()
+            return self._answer()
+        finally:
+            self._busy.release()
+
+    def _answer(self) -> int:
+        timer = threading.Timer(self.TIMEOUT_S, self._proc.kill)  # a hung run fails the test, not the suite
+        timer.start()
+        try:
+            for line in self._proc.stdout:
+                if "RESULT " in line:  # a line of a background thread's may have come first
+                    return int(line.rsplit("RESULT ", 1)[1])
+        finally:
+            timer.cancel()
+        self._proc = None  # it died mid-run; the next run starts a new one
+        return 1
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+RUNNER = DagRunner()
+atexit.register(RUNNER.stop)
 
 
 def worker_port(base: int) -> int:
@@ -102,24 +164,33 @@ class Pipeline:
         return result
 
     def run(self, logical_date: datetime | None, run_after: datetime | None = None,
-            faults: str | None = None, cli: bool = False, conf: dict | None = None) -> RunOutcome:
+            faults: str | None = None, cli: bool = False, conf: dict | None = None,
+            own_process: bool = False) -> RunOutcome:
         """One DAG run. Same ``run_after`` (and logical date) = the same Airflow run, re-executed.
-        ``conf`` is what the Trigger DAG form sends (the DAG's params)."""
+        ``conf`` is what the Trigger DAG form sends (the DAG's params). ``own_process``: not on the
+        warm ``RUNNER``, for runs a test starts side by side that must start alike to overlap."""
         self.runs += 1
         run_after = run_after or datetime(2030, 1, 1, tzinfo=timezone.utc) + timedelta(minutes=self.runs)
         env = dict(self.env)
         if faults:
             env["OFFSETBATCH_FAULTS"] = faults
-        if cli:
-            cmd = ["airflow", "dags", "test", self.dag_id, logical_date.isoformat()]
-        else:
-            cmd = [sys.executable, str(HELPER), str(self.dag_file), self.dag_id,
-                   logical_date.isoformat() if logical_date else "none", run_after.isoformat(), json.dumps(conf or {})]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        out = proc.stdout + proc.stderr
         (self.root / "runs").mkdir(exist_ok=True)
-        (self.root / "runs" / f"{run_after:%Y%m%dT%H%M%S}-{logical_date and logical_date.isoformat()}.log").write_text(out)
-        ok = proc.returncode == 0 and "DagRunState.FAILED" not in out and "state=failed" not in out
+        log = self.root / "runs" / f"{run_after:%Y%m%dT%H%M%S}-{logical_date and logical_date.isoformat()}.log"
+        args = {"dag_file": str(self.dag_file), "dag_id": self.dag_id,
+                "logical": logical_date.isoformat() if logical_date else "none", "run_after": run_after.isoformat(),
+                "conf": conf or {}}
+        rc = None if cli or own_process else RUNNER.run(args, env, log)
+        if rc is None:
+            if cli:
+                cmd = ["airflow", "dags", "test", self.dag_id, logical_date.isoformat()]
+            else:
+                cmd = [sys.executable, str(HELPER), *(args[k] for k in ("dag_file", "dag_id", "logical", "run_after")),
+                       json.dumps(args["conf"])]
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            log.write_text(proc.stdout + proc.stderr)
+            rc = proc.returncode
+        out = log.read_text(errors="replace")
+        ok = rc == 0 and "DagRunState.FAILED" not in out and "state=failed" not in out
         return RunOutcome(ok, out, run_after)
 
     def connect(self, conn_id: str, extra: dict, login: str | None = None, password: str | None = None) -> None:

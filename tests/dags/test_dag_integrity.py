@@ -51,13 +51,14 @@ def test_trigger_form_params(bag):
     a reset a dry run."""
     for cfg in load_all().values():
         params = bag.dags[cfg.dag_id].params
-        assert set(params) == {"mode", "replay_start", "replay_end", "batch_ids", "reset_to", "dry_run",
-                               "allow_rewind", "allow_data_loss", "reason"} == set(PARAM_NAMES)
+        assert set(params) == {"mode", "replay_start", "replay_end", "batch_ids", "allow_more_rejected", "reset_to",
+                               "dry_run", "allow_rewind", "allow_data_loss", "reason"} == set(PARAM_NAMES)
         for name in params:
             param = params.get_param(name)
             assert param.description and param.schema.get("title"), name
         assert params["mode"] == "next" and params.get_param("mode").schema["enum"] == ["next", "replay", "reset"]
         assert params["dry_run"] is True and params["allow_rewind"] is False and params["allow_data_loss"] is False
+        assert params["allow_more_rejected"] is False  # a replay that rejects more is refused unless asked
         assert "object" in params.get_param("reset_to").schema["type"]  # the README's {"topic": {"0": 1200}}
 
 

@@ -22,10 +22,29 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyarrow import fs as pafs
+
 from offsetbatch.errors import StorageConnectionError, StorageUnreachableError
 from offsetbatch.storage.locations import bucket_of
 
 KNOWN_EXTRA = ("endpoint_url", "region_name", "aws_session_token", "config_kwargs", "s3a_options")
+# The commit side's S3 client (pyarrow's, pyiceberg's too): how long to wait for a connection, and
+# for the next byte of an answer (the AWS SDK's request timeout is curl's low-speed limit: a stall,
+# not a total, so a large object is not cut short), and how many times to send a request. An
+# endpoint that accepts and never answers costs CONNECT + ATTEMPTS x STALL seconds, not the SDK's
+# default 3 x 60 s plus its backoff (200 s measured), before the task fails.
+CONNECT_TIMEOUT_S = 5
+STALL_TIMEOUT_S = 15
+ATTEMPTS = 2
+
+
+class CommitSideRetries(pafs.AwsStandardS3RetryStrategy):
+    """``ATTEMPTS`` sends of a request; a class because pyiceberg builds its strategy from a path."""
+
+    def __init__(self) -> None:
+        super().__init__(max_attempts=ATTEMPTS)
+
+
 SECRET_HADOOP_KEYS = ("fs.s3a.access.key", "fs.s3a.secret.key", "fs.s3a.session.token")
 DEFAULT_REGION = "us-east-1"
 
@@ -109,7 +128,9 @@ class S3Settings:
         """pyiceberg's FileIO properties (its PyArrow FileIO, the same S3 client as ``filesystem``)."""
         self._checksums_when_required()
         props = {"s3.access-key-id": self.access_key, "s3.secret-access-key": self.secret_key, "s3.region": self.region,
-                 "s3.force-virtual-addressing": str(not self.path_style and self.endpoint is not None).lower()}
+                 "s3.force-virtual-addressing": str(not self.path_style and self.endpoint is not None).lower(),
+                 "s3.connect-timeout": str(CONNECT_TIMEOUT_S), "s3.request-timeout": str(STALL_TIMEOUT_S),
+                 "s3.retry-strategy-impl": f"{__name__}.CommitSideRetries"}
         if self.endpoint:
             props["s3.endpoint"] = self.endpoint
         if self.session_token:
@@ -127,7 +148,6 @@ class S3Settings:
     def filesystem(self):
         """pyarrow's ``S3FileSystem`` for these settings, wrapped for fsspec."""
         from fsspec.implementations.arrow import ArrowFSWrapper
-        from pyarrow import fs as pafs
 
         self._checksums_when_required()
         scheme, _, host = (self.endpoint or "").partition("://")
@@ -135,7 +155,8 @@ class S3Settings:
             access_key=self.access_key, secret_key=self.secret_key, session_token=self.session_token,
             region=self.region, endpoint_override=host or None, scheme=scheme or "https",
             force_virtual_addressing=not self.path_style and self.endpoint is not None,
-            allow_delayed_open=True, connect_timeout=10, request_timeout=60))
+            allow_delayed_open=True, connect_timeout=CONNECT_TIMEOUT_S, request_timeout=STALL_TIMEOUT_S,
+            retry_strategy=CommitSideRetries()))
 
 
 def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
@@ -158,6 +179,11 @@ def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
         return StorageConnectionError(f"{where}: the TLS handshake with the endpoint failed ({first}). Use "
                                       f"https:// only if the store serves TLS on that port, and a certificate this "
                                       f"host trusts; nothing was changed.")
+    if "curlCode: 28" in text:  # connected, then no byte for STALL_TIMEOUT_S, each of ATTEMPTS times
+        return StorageUnreachableError(f"{where}: the endpoint accepted the connection and then sent nothing for "
+                                       f"{STALL_TIMEOUT_S} s, {ATTEMPTS} times ({first}). Check that endpoint_url "
+                                       f"is the store's S3 API (not another service's port) and that the store is "
+                                       f"not overloaded.")
     if "NETWORK_CONNECTION" in text or "Could not connect" in text or "timed out" in text.lower():
         return StorageUnreachableError(f"{where}: the endpoint did not answer ({first}). Check that the store is up "
                                        f"and the connection's endpoint_url is right.")

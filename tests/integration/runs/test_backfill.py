@@ -153,7 +153,8 @@ def test_two_replays_of_one_batch_at_once_replay_it_once(make_pipeline):
     # replay by batch id reads the same offsets whatever its date.
     at = [BASE + 10 * H + i * H for i in range(2)]
     with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(lambda logical: p.run(logical, run_after=logical + 100 * H, conf=replay), at))
+        outcomes = list(pool.map(
+            lambda logical: p.run(logical, run_after=logical + 100 * H, conf=replay, own_process=True), at))
     assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
     logs = "".join(o.output for o in outcomes)
     assert "executes it too (unchanged) instead of replaying batch 1 again" in logs, logs[-4000:]

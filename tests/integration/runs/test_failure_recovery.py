@@ -2,9 +2,11 @@
 Invariants 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
 
 Faults are injected with OFFSETBATCH_FAULTS (offsetbatch.faults); the Spark case SIGKILLs the
-driver while its first Parquet files are being written. Each test runs twice: with the Spark
-connection on ``local[2]``, and on a Spark standalone master with one worker (the cluster
-connection, issue 17: executors in their own JVMs write the staged files); nothing else differs."""
+driver while its first Parquet files are being written. The crashes around the Spark job run twice:
+with the Spark connection on ``local[2]``, and on a Spark standalone master with one worker (the
+cluster connection, issue 17: executors in their own JVMs write the staged files); nothing else
+differs. The plan and commit tasks' own crashes run once, their jobs on the suite's Spark Connect
+server: where a finished job ran does not change how its commit recovers."""
 
 from __future__ import annotations
 
@@ -32,29 +34,13 @@ def _published(p, batch_id: int) -> bool:
     return Path(TableLayout(p.table).data(batch_id)).exists()
 
 
-class CrashesThenReruns:
-    """The crash tests; each subclass gives ``new_pipeline`` its Spark connection. Two classes, not
-    a parametrized fixture: pytest-xdist's ``--dist loadscope`` hands each class to a worker of its
-    own, so the two halves (about 20 minutes each here) run side by side."""
+class CrashesAroundTheJob:
+    """The crashes whose recovery depends on where the Spark job ran: the driver killed mid-write,
+    and a crash after the job with its staged files left for a later run. Each subclass gives
+    ``new_pipeline`` its Spark connection. Two classes, not a parametrized fixture:
+    pytest-xdist's ``--dist loadscope`` hands each class to a worker of its own."""
 
     SPARK: str
-
-    def test_crash_after_planning_then_rerun_of_the_same_run(self, new_pipeline):
-        p = new_pipeline()
-        _committed_first_hour(p)
-        crashed = p.run(BASE + H, faults="plan.after_commit")
-        crashed.assert_failed_with("injected fault at plan.after_commit")
-        pending = p.ledger.list_batches(p.name, 1)[0]
-        assert (pending.batch_id, pending.status) == (2, "planned")
-        assert not _published(p, 2)
-
-        rerun = p.run(BASE + H, run_after=crashed.run_after)
-        assert rerun.ok, rerun.output[-4000:]
-        again = p.ledger.get_batch(p.name, 2)
-        assert again.status == "committed" and again.ranges == pending.ranges  # ranges never change after planning
-        report = p.check()
-        assert report.ok, report.summary()
-
 
     def test_spark_driver_killed_mid_write_then_rerun(self, new_pipeline, spark):
         p = new_pipeline()
@@ -87,7 +73,6 @@ class CrashesThenReruns:
         assert report.ok, report.summary()
         assert not Path(layout.attempts(2)).exists(), "the killed attempt's files were cleaned up"
 
-
     def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(self, new_pipeline):
         p = new_pipeline()
         _committed_first_hour(p)
@@ -108,6 +93,53 @@ class CrashesThenReruns:
         assert report.ok, report.summary()
 
 
+class TestOnLocalSpark(CrashesAroundTheJob):
+    """The default connections: ``local[2]``, the executors are the driver's threads."""
+
+    SPARK = "local"
+
+    @pytest.fixture
+    def new_pipeline(self, make_pipeline):
+        return make_pipeline
+
+
+class TestOnTheStandaloneCluster(CrashesAroundTheJob):
+    """The Spark connection on the standalone master with one worker (issue 17): executors in their
+    own JVMs write the staged files. The broker stays the suite's (three brokers under failures are
+    test_cluster_runs')."""
+
+    SPARK = "cluster"
+
+    @pytest.fixture
+    def new_pipeline(self, make_pipeline, spark_standalone):
+        return lambda: cluster_pipeline(make_pipeline, spark_standalone)
+
+
+@pytest.mark.spark_connect
+class TestCrashesOutsideTheJob:
+    """The plan and commit tasks' own crashes: the job had finished (or not begun), so where it ran
+    does not change the recovery; the jobs run on the suite's Spark Connect server."""
+
+    @pytest.fixture
+    def new_pipeline(self, make_pipeline):
+        return make_pipeline
+
+    def test_crash_after_planning_then_rerun_of_the_same_run(self, new_pipeline):
+        p = new_pipeline()
+        _committed_first_hour(p)
+        crashed = p.run(BASE + H, faults="plan.after_commit")
+        crashed.assert_failed_with("injected fault at plan.after_commit")
+        pending = p.ledger.list_batches(p.name, 1)[0]
+        assert (pending.batch_id, pending.status) == (2, "planned")
+        assert not _published(p, 2)
+
+        rerun = p.run(BASE + H, run_after=crashed.run_after)
+        assert rerun.ok, rerun.output[-4000:]
+        again = p.ledger.get_batch(p.name, 2)
+        assert again.status == "committed" and again.ranges == pending.ranges  # ranges never change after planning
+        report = p.check()
+        assert report.ok, report.summary()
+
     def test_crash_inside_the_commit_transaction_rolls_back(self, new_pipeline):
         p = new_pipeline()
         before = _committed_first_hour(p)
@@ -121,7 +153,6 @@ class CrashesThenReruns:
         assert rerun.ok, rerun.output[-4000:]
         report = p.check()
         assert report.ok, report.summary()
-
 
     def test_crash_after_commit_before_publish_rolls_forward(self, new_pipeline):
         p = new_pipeline()
@@ -137,25 +168,3 @@ class CrashesThenReruns:
         assert "was committed but not published; published it now" in rerun.output
         report = p.check()
         assert report.ok, report.summary()
-
-
-class TestOnLocalSpark(CrashesThenReruns):
-    """The default connections: ``local[2]``, the executors are the driver's threads."""
-
-    SPARK = "local"
-
-    @pytest.fixture
-    def new_pipeline(self, make_pipeline):
-        return make_pipeline
-
-
-class TestOnTheStandaloneCluster(CrashesThenReruns):
-    """The Spark connection on the standalone master with one worker (issue 17): executors in their
-    own JVMs write the staged files. The broker stays the suite's (three brokers under failures are
-    test_cluster_runs')."""
-
-    SPARK = "cluster"
-
-    @pytest.fixture
-    def new_pipeline(self, make_pipeline, spark_standalone):
-        return lambda: cluster_pipeline(make_pipeline, spark_standalone)

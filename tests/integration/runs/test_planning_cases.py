@@ -114,7 +114,7 @@ def test_two_runs_started_at_once_stay_exactly_once(make_pipeline):
     p.produce(1500, start=BASE, hours=3, partitions=2)
     p.register()  # two `dags test` processes would otherwise race to insert the new DAG's Asset row
     with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(lambda h: p.run(BASE + h * H), (0, 1)))
+        outcomes = list(pool.map(lambda h: p.run(BASE + h * H, own_process=True), (0, 1)))
     assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
     logs = "".join(o.output for o in outcomes)
     # The second planner found the first run's batch pending and executed it too; the attempt that

@@ -61,8 +61,8 @@ def test_refused_trigger_values_fail_at_once_and_change_nothing(make_pipeline):
 
     before, events = p.snapshot(), p.ledger.list_events(p.name)
     assert before["frontier"] and not before["gaps"]  # tracked from offset 0: a forward reset would record gaps
-    known = "the known ones are mode, replay_start, replay_end, batch_ids, reset_to, dry_run, allow_rewind, " \
-            "allow_data_loss, reason. Fix the spelling and trigger again. Nothing was changed."
+    known = "the known ones are mode, replay_start, replay_end, batch_ids, allow_more_rejected, reset_to, dry_run, " \
+            "allow_rewind, allow_data_loss, reason. Fix the spelling and trigger again. Nothing was changed."
     cases = [
         ({"mdoe": "reset", "reset_to": "latest", "dry_run": False},
          f"pipeline {p.name}: unknown trigger parameter(s) 'mdoe' (did you mean 'mode'?); {known}"),

@@ -188,7 +188,7 @@ def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipe
     p.register()  # two `dags test` processes would otherwise race to insert the new DAG's Asset row
     at = [BASE, BASE + H]  # two Airflow runs (a date each); the later one finds batch 1 planned
     with ThreadPoolExecutor(2) as pool:
-        outcomes = list(pool.map(lambda logical: p.run(logical, run_after=logical + 100 * H), at))
+        outcomes = list(pool.map(lambda logical: p.run(logical, run_after=logical + 100 * H, own_process=True), at))
     assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
     logs = "".join(o.output for o in outcomes)
     assert "batch 1: planned by run" in logs and "executes it first" in logs, logs[-4000:]  # both executed it

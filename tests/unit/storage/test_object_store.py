@@ -192,7 +192,8 @@ def test_an_iceberg_warehouse_on_s3_needs_the_connection_and_staging_beside_it(t
     assert cfg.sink.storage_conn_id == "lake"
     assert S3Settings.from_fields("lake", "AKID", "s", EXTRA).pyiceberg_properties() == {
         "s3.access-key-id": "AKID", "s3.secret-access-key": "s", "s3.region": "eu-west-1",
-        "s3.force-virtual-addressing": "false", "s3.endpoint": "http://127.0.0.1:19500"}
+        "s3.force-virtual-addressing": "false", "s3.endpoint": "http://127.0.0.1:19500",
+        "s3.connect-timeout": "5", "s3.request-timeout": "15", "s3.retry-strategy-impl": "offsetbatch.storage.s3.CommitSideRetries"}
 
 
 def test_publishing_leaves_a_folder_another_attempt_is_still_writing(tmp_path, monkeypatch):
@@ -244,3 +245,42 @@ def test_an_s3_failure_no_retry_fixes_is_a_permanent_error_naming_the_connection
     monkeypatch.setitem(storage._s3_buckets, "lake", Refusing("something else"))
     with pytest.raises(OSError, match="something else"):
         storage.exists("s3a://lake/t/x.json")
+
+
+def test_an_endpoint_that_accepts_and_never_answers_fails_within_the_stall_bound(monkeypatch):
+    """A real listening socket that never answers (issue 41, case 15: 200 s per attempt with the
+    AWS SDK's defaults, then Airflow's retries). The stall bound is cut to 2 s here; the default 15 s
+    x 2 sends measured 44 s."""
+    import socket
+    import time
+
+    from offsetbatch.errors import StorageUnreachableError
+    from offsetbatch.storage import s3
+
+    monkeypatch.setattr(s3, "STALL_TIMEOUT_S", 2)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)  # the kernel completes the handshakes; nothing ever reads or answers
+        port = server.getsockname()[1]
+        settings = S3Settings.from_fields("lake", "AKID", "secret", {"endpoint_url": f"http://127.0.0.1:{port}",
+                                                                     "config_kwargs": {"s3": {"addressing_style": "path"}}})
+        started = time.monotonic()
+        with pytest.raises(StorageUnreachableError) as err:
+            s3.check_bucket(settings, "s3a://lake/orders")
+        took = time.monotonic() - started
+    assert f"endpoint http://127.0.0.1:{port}): the endpoint accepted the connection and then sent nothing for 2 s, " \
+           f"2 times" in str(err.value)
+    assert took < 2 * s3.ATTEMPTS * (2 + 8), took  # two sends of a 2 s stall, the SDK's backoff and curl's tick
+
+
+def test_pyiceberg_gets_the_same_timeouts_and_retries():
+    from pyiceberg.io.pyarrow import PyArrowFileIO, _import_retry_strategy
+
+    from offsetbatch.storage import s3
+
+    props = S3Settings.from_fields("lake", "AKID", "secret", EXTRA).pyiceberg_properties()
+    assert (props["s3.connect-timeout"], props["s3.request-timeout"]) == \
+        (str(s3.CONNECT_TIMEOUT_S), str(s3.STALL_TIMEOUT_S))
+    strategy = _import_retry_strategy(props["s3.retry-strategy-impl"])
+    assert isinstance(strategy, s3.CommitSideRetries) and strategy.max_attempts == s3.ATTEMPTS
+    assert PyArrowFileIO(props).new_input("s3://lake/x").location == "s3://lake/x"  # the properties load, lazily
