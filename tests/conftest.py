@@ -34,15 +34,17 @@ CONNECT_CONN_ID = "spark_connect_tests"
 
 # The heaviest modules first: pytest-xdist then hands them out before the light ones, and the two
 # workers finish within a minute of each other. Its own reordering (by number of tests) would leave
-# the few-test, many-run modules for last. By ``make test``'s --durations on 2026-11-23 (seconds per
-# module on a worker): failure_recovery 2,829 (both connections), backfill 1,123, planning_cases 836,
-# triggers_and_reset 812, secure_kafka 734, cluster_runs 675, pipeline_runs 461, the rest under 310.
-# The two modules that start a Spark standalone cluster are kept apart in the order.
+# the few-test, many-run modules for last. By ``make test``'s --durations on 2026-11-26 (seconds of
+# a module's slowest tests on a worker, after DAG runs moved to harness.DagRunner): object_storage
+# about 900, backfill 560, cluster_runs 500, secure_kafka 430, failure_recovery 370 + 270 + 100 (its
+# three classes, each a scope of its own), pipeline_runs 290, ui_plugin 200, avro_pipeline 180, the
+# rest under 150. The two modules that start a Spark standalone cluster are kept apart in the order.
 HEAVIEST_FIRST = (
-    "test_failure_recovery.py", "test_backfill.py", "test_planning_cases.py", "test_triggers_and_reset.py",
-    "test_cluster_runs.py", "test_object_storage.py", "test_secure_kafka.py", "test_pipeline_runs.py", "test_ui_plugin.py",
-    "test_iceberg_sink.py", "test_postgres_sink.py", "test_kafka_sink.py", "test_ledger_loss.py",
-    "test_spark_connect_runs.py", "test_spark_cluster.py", "test_cli.py",
+    "test_object_storage.py", "test_backfill.py", "test_cluster_runs.py", "test_secure_kafka.py",
+    "test_failure_recovery.py", "test_pipeline_runs.py", "test_ui_plugin.py", "test_avro_pipeline.py",
+    "test_iceberg_sink.py", "test_postgres_sink.py", "test_kafka_sink.py", "test_planning_cases.py",
+    "test_triggers_and_reset.py", "test_trigger_refusals.py", "test_ledger_loss.py", "test_spark_connect_runs.py",
+    "test_spark_cluster.py", "test_cli.py",
 )
 
 logging.getLogger("kafka").setLevel(logging.WARNING)
