@@ -8,6 +8,7 @@ import atexit
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -57,7 +58,8 @@ class DagRunner:
                 self._proc = None
             if self._proc is None:
                 self._proc = subprocess.Popen([sys.executable, str(HELPER), "--serve"], env=env, text=True,
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              start_new_session=True)  # its forks and their Spark: one group
             self._proc.stdin.write(json.dumps({**request, "env": env, "log": str(log)}) + "\n")
             self._proc.stdin.flush()
             return self._answer()
@@ -65,7 +67,7 @@ class DagRunner:
             self._busy.release()
 
     def _answer(self) -> int:
-        timer = threading.Timer(self.TIMEOUT_S, self._proc.kill)  # a hung run fails the test, not the suite
+        timer = threading.Timer(self.TIMEOUT_S, self.stop)  # a hung run fails the test, not the suite
         timer.start()
         try:
             for line in self._proc.stdout:
@@ -73,14 +75,15 @@ class DagRunner:
                     return int(line.rsplit("RESULT ", 1)[1])
         finally:
             timer.cancel()
-        self._proc = None  # it died mid-run; the next run starts a new one
+        self._proc = None  # it died or was stopped mid-run; the next run starts a new one
         return 1
 
     def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+        """Kill the runner, the run it is forking and that run's own processes (spark-submit)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 RUNNER = DagRunner()
@@ -189,7 +192,7 @@ class Pipeline:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
             log.write_text(proc.stdout + proc.stderr)
             rc = proc.returncode
-        out = log.read_text(errors="replace")
+        out = log.read_text(errors="replace") if log.exists() else "(no output: the DAG runner died before the run)"
         ok = rc == 0 and "DagRunState.FAILED" not in out and "state=failed" not in out
         return RunOutcome(ok, out, run_after)
 
