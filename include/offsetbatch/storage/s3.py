@@ -179,7 +179,8 @@ def translate_error(exc: OSError, where: str, bucket: str) -> Exception | None:
         return StorageConnectionError(f"{where}: the TLS handshake with the endpoint failed ({first}). Use "
                                       f"https:// only if the store serves TLS on that port, and a certificate this "
                                       f"host trusts; nothing was changed.")
-    if "curlCode: 28" in text:  # connected, then no byte for STALL_TIMEOUT_S, each of ATTEMPTS times
+    if "curlCode: 28" in text and "Operation too slow" in text:  # connected, then no byte for STALL_TIMEOUT_S
+        # (curl's code 28 is also a connect timeout: that one is "did not answer" below)
         return StorageUnreachableError(f"{where}: the endpoint accepted the connection and then sent nothing for "
                                        f"{STALL_TIMEOUT_S} s, {ATTEMPTS} times ({first}). Check that endpoint_url "
                                        f"is the store's S3 API (not another service's port) and that the store is "
