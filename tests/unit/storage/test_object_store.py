@@ -193,7 +193,8 @@ def test_an_iceberg_warehouse_on_s3_needs_the_connection_and_staging_beside_it(t
     assert S3Settings.from_fields("lake", "AKID", "s", EXTRA).pyiceberg_properties() == {
         "s3.access-key-id": "AKID", "s3.secret-access-key": "s", "s3.region": "eu-west-1",
         "s3.force-virtual-addressing": "false", "s3.endpoint": "http://127.0.0.1:19500",
-        "s3.connect-timeout": "5", "s3.request-timeout": "15", "s3.retry-strategy-impl": "offsetbatch.storage.s3.CommitSideRetries"}
+        "s3.connect-timeout": "5", "s3.request-timeout": "15",
+        "s3.retry-strategy-impl": "offsetbatch.storage.s3.CommitSideRetries"}
 
 
 def test_publishing_leaves_a_folder_another_attempt_is_still_writing(tmp_path, monkeypatch):
