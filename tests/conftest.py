@@ -42,7 +42,8 @@ CONNECT_CONN_ID = "spark_connect_tests"
 HEAVIEST_FIRST = (
     "test_object_storage.py", "test_backfill.py", "test_cluster_runs.py", "test_secure_kafka.py",
     "test_failure_recovery.py", "test_pipeline_runs.py", "test_ui_plugin.py", "test_avro_pipeline.py",
-    "test_iceberg_sink.py", "test_postgres_sink.py", "test_kafka_sink.py", "test_planning_cases.py",
+    "test_iceberg_sink.py", "test_postgres_sink.py", "test_change_data_capture.py", "test_kafka_sink.py",
+    "test_planning_cases.py",
     "test_triggers_and_reset.py", "test_trigger_refusals.py", "test_ledger_loss.py", "test_spark_connect_runs.py",
     "test_spark_cluster.py", "test_cli.py",
 )

@@ -10,10 +10,10 @@ from offsetbatch import storage
 from offsetbatch.errors import ConfigError
 from offsetbatch.model import OffsetRange
 
-# 5: ``role``, ``value_options``, ``transform_system_access``; 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id``
+# 6: ``tombstones``; 5: ``role``, ``value_options``, ``transform_system_access``; 4: Avro ``value_schemas``, ``schema_id``; 3: ``kafka_options``; 2: ``batch_id``
 # and ``output_id``
-SPEC_VERSION = 5
-READABLE_VERSIONS = (2, 3, 4, 5)  # an older spec is a v5 one without what came later (PLAINTEXT, no Avro)
+SPEC_VERSION = 6
+READABLE_VERSIONS = (2, 3, 4, 5, 6)  # an older spec is a v6 one without what came later (PLAINTEXT, no Avro)
 
 
 @dataclass
@@ -41,6 +41,7 @@ class JobSpec:
     schema_id: str = "auto"  # confluent-* formats: where a record names its schema (``value.schema_id``)
     role: str = "value"  # what the format parses: "value", or "key" in ``key_view`` (Confluent's header names differ)
     value_options: dict = field(default_factory=dict)  # the fields a format's own settings model adds
+    tombstones: str = "reject"  # value.tombstones: "delete" keeps null values as rows flagged kafka_tombstone
     # ``key.format`` other than raw: the key's settings (format, schema_ddl, required, value_schemas,
     # schema_id, options), parsed into a struct column ``key`` (``key_view``).
     key: dict | None = None
@@ -112,6 +113,9 @@ class Manifest:
     # what the sink's job half measured for its commit half (``StagedOutput.metrics``; the Kafka sink:
     # the largest record, checked against the topic's limit before the ledger commit)
     sink_metrics: dict = field(default_factory=dict)
+    # records the value format skipped as not changes (a Debezium heartbeat, ``formats.SKIP``):
+    # neither rows nor rejected; rows_in = rows_out + rows_rejected + rows_skipped + the transform's filtered
+    rows_skipped: int = 0
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))

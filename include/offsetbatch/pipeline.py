@@ -100,4 +100,5 @@ class Pipeline:
             isolation_level=cfg.kafka.isolation_level,
             records_per_task=cfg.spark.records_per_task, value_schemas=value_schemas,
             schema_id=cfg.value.schema_id, value_options=cfg.value.options, key=key_settings,
+            tombstones=cfg.value.tombstones,
         )

@@ -228,6 +228,13 @@ class PipelineConfig(_Model):
         return data
 
     @model_validator(mode="after")
+    def _tombstones_are_values(self) -> "PipelineConfig":
+        if self.key.tombstones != "reject":
+            raise ValueError("key.tombstones: a tombstone is a record whose value is null; set value.tombstones "
+                             "instead")
+        return self
+
+    @model_validator(mode="after")
     def _sink_fits_source(self) -> "PipelineConfig":
         """The sink's own rules about the source (a Kafka output must not be a topic it reads)."""
         self.sink.check_source_config(self.kafka.conn_id, self.reads_topic)

@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 from offsetbatch.formats.avro_value import AvroFormat, ConfluentAvroFormat
-from offsetbatch.formats.base import (ERROR, FATAL, FORMATS, META, RegistrySubject, ResolvedSchemas, SchemaContext,
+from offsetbatch.formats.base import (ERROR, FATAL, FORMATS, META, SKIP, TOMBSTONE, RegistrySubject, ResolvedSchemas, SchemaContext,
                                      ValueFormat, ValueSettings, format_of, register_format, settings_for)
 from offsetbatch.formats.confluent_json import ConfluentJsonFormat
+from offsetbatch.formats.debezium import DebeziumAvroFormat, DebeziumFormat
 from offsetbatch.formats.json_value import JsonFormat
 from offsetbatch.formats.raw import RawFormat
 
@@ -17,9 +18,11 @@ register_format(JsonFormat)
 register_format(ConfluentJsonFormat)
 register_format(AvroFormat)
 register_format(ConfluentAvroFormat)
+register_format(DebeziumFormat)
+register_format(DebeziumAvroFormat)
 
 # The struct column a key format other than raw adds to the records (its fields; NULL for a null key).
 KEY_COLUMN = "key"
 
-__all__ = ["ERROR", "FATAL", "FORMATS", "KEY_COLUMN", "META", "RegistrySubject", "ResolvedSchemas", "SchemaContext",
+__all__ = ["ERROR", "FATAL", "FORMATS", "KEY_COLUMN", "META", "SKIP", "TOMBSTONE", "RegistrySubject", "ResolvedSchemas", "SchemaContext",
            "ValueFormat", "ValueSettings", "format_of", "register_format", "settings_for"]

@@ -34,9 +34,14 @@ ERROR = "_error"
 # the reader cannot read): the job raises before anything is committed, naming the first such record.
 FATAL = "fatal: "
 META = ["kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "kafka_headers"]
+# A format may add this column: why a record is neither a row nor an error (a Debezium heartbeat):
+# skipped and counted, never rejected.
+SKIP = "_skip"
+# ``value.tombstones: delete``: true for a record whose value is null (a Kafka tombstone: "delete this key")
+TOMBSTONE = "kafka_tombstone"
 # The column Spark's JSON parser puts a record it cannot parse in: never a field of a parsed value.
 CORRUPT = "_corrupt_record"
-RESERVED = [*META, "value", ERROR, CORRUPT]  # names a value's own fields may not take
+RESERVED = [*META, TOMBSTONE, "value", ERROR, SKIP, CORRUPT]  # names a value's own fields may not take
 
 
 # ---- the ``value:`` and ``key:`` settings ---------------------------------------------------------
@@ -67,7 +72,7 @@ class RegistrySubject(_Settings):
 
 class ValueSettings(_Settings):
     format: str = Field("json", description="a registered value format (``formats.FORMATS``): 'json', 'raw', "
-                        "'avro', 'confluent-avro' or 'confluent-json' built in")
+                        "'avro', 'confluent-avro', 'confluent-json', 'debezium' or 'debezium-avro' built in")
     schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
     required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
     avro_schema: str | None = Field(None, description="Avro reader schema: inline JSON, or an .avsc file "
@@ -76,6 +81,10 @@ class ValueSettings(_Settings):
     schema_id: Literal["auto", "prefix", "header"] = Field(
         "auto", description="where a Confluent-framed value names its schema: the 5-byte prefix, the "
         "__value_schema_id header, or either (auto; the job then reads every record's headers)")
+    tombstones: Literal["reject", "delete"] = Field(
+        "reject", description="a record whose value is null (a Kafka tombstone): rejected ('null value'), or kept as "
+        "a row whose value fields are NULL and whose kafka_tombstone column is true (delete: an upsert sink's "
+        "delete_column can name it); a tombstone without a key is rejected either way")
 
     @field_validator("format")
     @classmethod

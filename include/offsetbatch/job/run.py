@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from offsetbatch import faults, job_secrets, storage
-from offsetbatch.formats import ERROR, FORMATS, META
+from offsetbatch.formats import ERROR, FORMATS, META, SKIP
 from offsetbatch.job import stats as job_stats
 from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
 from offsetbatch.job.session import is_remote_session
@@ -94,7 +94,10 @@ def _write_batch(spark: SparkSession, spec: JobSpec, sink: Sink, attempt: str, s
         return parse_records(with_metadata(read_ranges(spark, spec, secrets)), spec)
 
     observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected, keeps_value)
-    good = observed.where(F.col(ERROR).isNull()).drop(ERROR, *job_stats.WORK_COLUMNS)  # no value if not keeps_value
+    good = observed.where(F.col(ERROR).isNull())
+    if SKIP in observed.columns:  # a record the format skipped (a Debezium heartbeat) is neither a row nor rejected
+        good = good.where(F.col(SKIP).isNull()).drop(SKIP)
+    good = good.drop(ERROR, *job_stats.WORK_COLUMNS)  # no value if not keeps_value
     out = analyzed_transform(spark, good, spec)
     log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
@@ -145,11 +148,12 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
         bytes_in=values["bytes"] or 0, data_files=staged.data_files, rejected_files=staged.rejected_files,
         job_seconds=round(time.monotonic() - t0, 3), spark_version=spark.version, attempt=attempt,
         first_record_us=values.get("first_record_us"), last_record_us=values.get("last_record_us"),
-        sink_metrics=staged.metrics,
+        sink_metrics=staged.metrics, rows_skipped=values.get("skipped") or 0,
     )
     manifest.save(manifest_uri)
-    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d in %.1fs", spec.pipeline, spec.batch_id,
-             manifest.rows_in, manifest.rows_out, manifest.rows_rejected, manifest.job_seconds)
+    skipped = f", skipped {manifest.rows_skipped} (not changes: heartbeats, tombstones…)" if manifest.rows_skipped else ""
+    log.info("pipeline %s batch %d: read %d, wrote %d, rejected %d%s in %.1fs", spec.pipeline, spec.batch_id,
+             manifest.rows_in, manifest.rows_out, manifest.rows_rejected, skipped, manifest.job_seconds)
     return manifest
 
 

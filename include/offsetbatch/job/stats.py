@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from offsetbatch.errors import OffsetbatchError, OffsetOutOfPlanError, SchemaIncompatibleError
-from offsetbatch.formats import ERROR, FATAL
+from offsetbatch.formats import ERROR, FATAL, SKIP
 from offsetbatch.jobspec import JobSpec, RangeReport
 
 if TYPE_CHECKING:
@@ -126,6 +126,7 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
         # the records' time span: the asset event's partitions are every hour it covers
         F.min(F.unix_micros("kafka_timestamp")).alias("first_record_us"),
         F.max(F.unix_micros("kafka_timestamp")).alias("last_record_us"),
+        (F.count_if(F.col(SKIP).isNotNull()) if SKIP in parsed.columns else F.lit(0)).alias("skipped"),
     ]
     if collect_rejected:
         metrics.append(F.collect_list("_rejected_row").alias("rejected_rows"))

@@ -73,13 +73,21 @@ def parse_records(records: DataFrame, spec: JobSpec) -> DataFrame:
     action runs). A record whose value is good but whose key is not is rejected, ``key: <reason>``."""
     from pyspark.sql import functions as F
 
-    from offsetbatch.formats import ERROR, FATAL
+    from offsetbatch.formats import ERROR, FATAL, TOMBSTONE
 
     try:
         key = spec.key_view()
         if key is not None:
             records = parse_keys(records, key)
+        tombstones = getattr(spec, "tombstones", "reject") == "delete"
+        if tombstones:
+            records = records.withColumn(TOMBSTONE, F.col("value").isNull())
         parsed = FORMATS[spec.value_format].parse(records, spec)
+        if tombstones:  # the format's "null value" is not a reason then; a tombstone deletes its key, if it has one
+            parsed = parsed.withColumn(ERROR, F.when(F.col(TOMBSTONE) & F.col("kafka_key").isNull(),
+                                                     F.lit("tombstone without a key: it deletes nothing"))
+                                       .when(F.col(TOMBSTONE), F.lit(None).cast("string"))
+                                       .otherwise(F.col(ERROR)))
         if key is not None:
             key_error = F.col("_key_error")
             error = F.coalesce(F.col(ERROR), F.when(key_error.startswith(FATAL),  # stays fatal

@@ -8,6 +8,7 @@ import subprocess
 from dataclasses import dataclass
 
 from offsetbatch import redact
+from offsetbatch.ops import lineage_transport
 from offsetbatch.pipeline import Pipeline
 
 
@@ -130,6 +131,7 @@ def run_checks(pipelines: dict[str, Pipeline]) -> list[Check]:
         _run("java", _java, "install Java 17 (Debian: apt-get install openjdk-17-jre-headless)"),
         _run("pyspark", _pyspark, "run 'make setup' (it reinstalls pyspark==4.3.0 last)"),
         _run("spark kafka connector", _connector, "run 'make setup' once with access to Maven Central"),
+        _run("openlineage transport", lineage_transport.check, lineage_transport.FIX),
     ]
     spark_conns = {p.cfg.spark.conn_id for p in pipelines.values()}
     kafka_conns = {p.cfg.kafka.conn_id for p in pipelines.values()}

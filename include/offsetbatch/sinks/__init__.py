@@ -35,6 +35,12 @@ def settings_for(value: Any) -> SinkSettings:
     kind = value.get("type", "files")
     if kind not in SINKS:
         raise ValueError(f"sink type {kind!r} is not one of {', '.join(sorted(SINKS))}")
+    fields = SINKS[kind].Settings.model_fields
+    if "mode" in value and "mode" not in fields:
+        keyed = sorted(k for k, s in SINKS.items() if "mode" in s.Settings.model_fields)
+        raise ValueError(f"sink type {kind!r} has no 'mode': it keeps every record of every batch. Keyed upserts and "
+                         f"deletes (mode: upsert, key: [...]) are in the {', '.join(keyed)} sink; remove sink.mode, or "
+                         f"use that sink")
     return SINKS[kind].Settings.model_validate(value)
 
 

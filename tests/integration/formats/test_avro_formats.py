@@ -270,3 +270,61 @@ def test_a_string_that_is_not_utf8_is_rejected_naming_its_field(spark, tmp_path)
         None]
     assert (got[0].id, list(got[0].tags), dict(got[0].m), got[0].u.member0, got[0].r.x) == ("a", ["t"], {"k": 7}, "s", "x")
     assert got[6].id == "é ok"
+
+
+def test_debezium_avro_envelopes_unwrap_like_the_json_ones(spark, tmp_path, registry):
+    """``value.format: debezium-avro`` (issue 44): envelopes written by confluent-kafka's own
+    ``AvroSerializer`` with an envelope schema shaped like Debezium's PostgreSQL connector's
+    (``before``/``after`` optional records, ``op``, ``ts_ms``, ``source`` with ``lsn``), resolved
+    from the registry as the plan does; rows, deletes, the tombstone skipped, broken events rejected."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from offsetbatch.formats import SKIP
+    from offsetbatch.job.transform import parse_records
+    from offsetbatch.jobspec import JobSpec
+
+    topic = "shop.public.accounts"
+    row = {"type": "record", "name": "Value", "namespace": "shop.public.accounts",
+           "fields": [{"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"], "default": None}]}
+    envelope = {"type": "record", "name": "Envelope", "namespace": "shop.public.accounts", "fields": [
+        {"name": "before", "type": ["null", row], "default": None},
+        {"name": "after", "type": ["null", "shop.public.accounts.Value"], "default": None},
+        {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                                    "fields": [{"name": "db", "type": "string"},
+                                               {"name": "lsn", "type": ["null", "long"], "default": None}]}},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry.url}), json.dumps(envelope))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+
+    def event(op, before=None, after=None, lsn=None):
+        return serialize({"before": before, "after": after, "op": op, "ts_ms": 1700000000000,
+                          "source": {"db": "shop", "lsn": lsn}}, ctx)
+
+    values = [(event("c", after={"id": 1, "name": "a"}, lsn=100), []),
+              (event("u", before={"id": 1, "name": "a"}, after={"id": 1, "name": "b\xe9"}, lsn=200), []),
+              (event("d", before={"id": 1, "name": None}, lsn=300), []),
+              (None, []),
+              (event("d", lsn=310), []),
+              (event("u", after={"id": 2, "name": "c"}), [])]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "cdc_avro", "kafka": {"topics": [topic]}, "sink": {"path": str(tmp_path / "t")},
+                                    "value": {"format": "debezium-avro", "schema_registry": {"conn_id": "sr"},
+                                              "required": ["id"], "version": "source.lsn"}}))
+    cfg = load_config(path)
+    schemas = batch_schemas.resolve(Pipeline(cfg), registry=lambda: _client(registry))
+    spec = JobSpec(pipeline="p", batch_id=1, output_id=1, bootstrap="x:1", ranges=[], sink={"path": "/t"},
+                   value_format="debezium-avro", required=["id"], value_schemas=schemas.to_spec(), schema_id="prefix",
+                   value_options=cfg.value.options)
+    got = sorted(parse_records(_records(spark, values), spec).collect(), key=lambda r: r.kafka_offset)
+    assert [(r.id, r.name, r.cdc_op, r.cdc_deleted, r.cdc_version, r[ERROR], r[SKIP]) for r in got] == [
+        (1, "a", "c", False, 100, None, None),
+        (1, "b\xe9", "u", False, 200, None, None),
+        (1, None, "d", True, 300, None, None),
+        (None, None, None, False, None, None, "tombstone (Debezium writes one after each delete)"),
+        (None, None, "d", True, 310, "a delete (op 'd') without 'before': the deleted key is unknown (give the "
+                                     "source table a replica identity that includes the key)", None),
+        (2, "c", "u", False, None, "no version at source.lsn", None),
+    ]

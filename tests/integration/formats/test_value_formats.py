@@ -4,6 +4,7 @@ cover the rest of the job)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -51,3 +52,99 @@ def test_raw_keeps_every_value_byte_for_byte(spark):
     got = {r.kafka_offset: r for r in out.collect()}
     assert [None if got[i].value is None else bytes(got[i].value) for i in range(len(values))] == values
     assert all(r[ERROR] is None for r in got.values())
+
+
+@pytest.mark.parametrize("value_format", ["json", "raw"])
+def test_tombstones_are_kept_as_deletes_only_when_asked_and_only_with_a_key(spark, value_format):
+    """``value.tombstones: delete`` (issue 44): a null value with a key is a row flagged
+    ``kafka_tombstone`` (its value fields NULL, whatever is ``required``); without a key it deletes
+    nothing and is rejected; by default a null value is rejected as before."""
+    from offsetbatch.formats import TOMBSTONE
+    from offsetbatch.job.transform import parse_records
+    from offsetbatch.jobspec import JobSpec
+
+    rows = [(b"k1", b'{"event_id": "a", "kind": "click", "n": 1}'), (b"k2", None), (None, None)]
+    frame = spark.createDataFrame(
+        [("t", 0, i, None, k, [], v) for i, (k, v) in enumerate(rows)],
+        "kafka_topic STRING, kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP, kafka_key BINARY, "
+        "kafka_headers ARRAY<STRUCT<key: STRING, value: BINARY>>, value BINARY")
+    json_format = value_format == "json"
+
+    def parsed(tombstones: str) -> list:
+        spec = JobSpec(pipeline="p", batch_id=1, output_id=1, bootstrap="x:1", ranges=[], sink={"path": "/t"},
+                       value_format=value_format, schema_ddl=SCHEMA if json_format else None,
+                       required=["event_id", "kind"] if json_format else [], tombstones=tombstones)
+        return sorted(parse_records(frame, spec).collect(), key=lambda r: r.kafka_offset)
+
+    kept = parsed("delete")
+    assert [(r.kafka_key, r[TOMBSTONE], r[ERROR]) for r in kept] == [
+        (b"k1", False, None), (b"k2", True, None), (None, True, "tombstone without a key: it deletes nothing")]
+    if json_format:
+        assert [(r.event_id, r.kind) for r in kept[:2]] == [("a", "click"), (None, None)]
+    default = parsed("reject")
+    assert TOMBSTONE not in default[0].asDict()
+    assert [r[ERROR] for r in default] == ([None, "null value", "null value"] if json_format else [None, None, None])
+
+
+def test_debezium_envelopes_become_rows_deletes_skips_and_reasons(spark):
+    """``value.format: debezium`` (issue 44) on Debezium's JSON envelope, with and without the
+    converter's schema/payload wrapper: changes become rows (``before`` for a delete), what is not a
+    change is skipped (never rejected), a truncate is fatal, a broken event is rejected with why.
+    The events follow Debezium's documented PostgreSQL connector output (no Debezium server here)."""
+    import json
+
+    from offsetbatch.formats import SKIP
+    from offsetbatch.job.transform import parse_records
+    from offsetbatch.jobspec import JobSpec
+
+    def event(op, before=None, after=None, lsn=None, wrap=False):
+        body = {"before": before, "after": after, "op": op, "ts_ms": 1700000000000,
+                "source": {"connector": "postgresql", "lsn": lsn, "table": "accounts"}}
+        return json.dumps({"schema": {"type": "struct"}, "payload": body} if wrap else body).encode()
+
+    values = [
+        event("c", after={"id": 1, "name": "a"}, lsn=100),
+        event("u", before={"id": 1, "name": "a"}, after={"id": 1, "name": "b"}, lsn=200, wrap=True),
+        event("d", before={"id": 1, "name": None}, lsn=300),
+        None,  # the tombstone after the delete
+        json.dumps({"ts_ms": 1700000000000}).encode(),  # a heartbeat
+        json.dumps({"source": {"lsn": 1}, "databaseName": "shop", "ddl": "ALTER TABLE accounts ADD c int",
+                    "tableChanges": [{"type": "ALTER"}]}).encode(),
+        event("m", lsn=350),
+        json.dumps({"id": 2, "name": "x"}).encode(),  # a plain row, not an envelope
+        event("x", after={"id": 2, "name": "x"}, lsn=360),
+        event("d", lsn=370),
+        event("u", after={"id": 3, "name": "c"}),  # no lsn
+        event("c", after={"name": "no id"}, lsn=380),
+        b'{"op": "c", "after": ',
+        event("r", after={"id": 4, "name": "snap"}, lsn=390),
+        event("t", lsn=400),
+    ]
+    frame = _records(spark, values)
+    spec = JobSpec(pipeline="p", batch_id=1, output_id=1, bootstrap="x:1", ranges=[], sink={"path": "/t"},
+                   value_format="debezium", schema_ddl="id INT, name STRING", required=["id"],
+                   value_options={"version": "source.lsn", "truncate": "fail"})
+    got = sorted(parse_records(frame, spec).collect(), key=lambda r: r.kafka_offset)
+    assert [(r.id, r.name, r.cdc_op, r.cdc_deleted, r.cdc_version, r[ERROR], r[SKIP]) for r in got] == [
+        (1, "a", "c", False, 100, None, None),
+        (1, "b", "u", False, 200, None, None),
+        (1, None, "d", True, 300, None, None),
+        (None, None, None, False, None, None, "tombstone (Debezium writes one after each delete)"),
+        (None, None, None, False, None, None, "heartbeat"),
+        (None, None, None, False, 1, None, "schema change event"),
+        (None, None, "m", False, 350, None, "logical decoding message (op 'm')"),
+        (None, None, None, False, None, "not a Debezium change event: no 'op' field", None),
+        (2, "x", "x", False, 360, "unknown Debezium op 'x'", None),
+        (None, None, "d", True, 370, "a delete (op 'd') without 'before': the deleted key is unknown (give the "
+                                     "source table a replica identity that includes the key)", None),
+        (3, "c", "u", False, None, "no version at source.lsn", None),
+        (None, "no id", "c", False, 380, "missing required field(s): id", None),
+        (None, None, None, False, None, "malformed JSON", None),
+        (4, "snap", "r", False, 390, None, None),
+        (None, None, "t", False, 400, "fatal: a truncate (op 't') of the source table, which no row-level change "
+                                      "can apply: set value.truncate: skip to skip truncates (the table keeps its "
+                                      "rows), or re-snapshot the source table into a new pipeline", None),
+    ]
+    skipping = replace(spec, value_options={"version": "source.lsn", "truncate": "skip"})
+    last = sorted(parse_records(frame, skipping).collect(), key=lambda r: r.kafka_offset)[-1]
+    assert (last[ERROR], last[SKIP]) == (None, "truncate (op 't'), value.truncate: skip")

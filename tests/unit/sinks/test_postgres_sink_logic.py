@@ -71,7 +71,12 @@ def test_table_names_with_sql_metacharacters_are_refused(tmp_path, table):
 
 @pytest.mark.parametrize("sink, message", [
     ({"mode": "upsert"}, "mode 'upsert' needs 'key'"),
-    ({"key": ["id"]}, "only used with mode 'upsert'"),
+    ({"key": ["id"]}, "'key' only mean something with mode 'upsert'; remove it or set mode: upsert"),
+    ({"version_column": "lsn", "delete_column": "gone"},
+     "'version_column', 'delete_column' only mean something with mode 'upsert'; remove them"),
+    ({"mode": "upsert", "key": ["id"], "version_column": "id"}, "version_column 'id' is also a key column"),
+    ({"mode": "upsert", "key": ["id"], "version_column": "v", "delete_column": "v"}, "name the same column"),
+    ({"mode": "upsert", "key": ["id"], "delete_column": "gone; --"}, "not a plain SQL identifier"),
     ({"mode": "upsert", "key": ["id; --"]}, "not a plain SQL identifier"),
     ({"event_time_column": "ts"}, "event_time_column"),
     ({"mode": "merge"}, "sink.mode"),
@@ -148,3 +153,17 @@ def test_the_sample_pipelines_postgres_variant_loads():
     cfg = load_all(str(PIPELINES_DIR / "postgres"))["sample_events_postgres"]
     assert cfg.sink.type == "postgres" and cfg.sink.table == "public.sample_events"
     assert cfg.sink.conn_id == cfg.ledger.conn_id  # the table lives in the ledger's database
+
+
+@pytest.mark.parametrize("sink", [{"path": "/tmp/orders"}, {"type": "kafka", "topic": "out", "staging": "/tmp/s"},
+                                  {"type": "iceberg", "catalog": "sqlite:////tmp/c.db", "table": "a.b",
+                                   "warehouse": "/tmp/w", "staging": "/tmp/s"}])
+def test_sinks_without_upserts_refuse_mode_upsert_naming_the_sink_that_has_it(tmp_path, sink):
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump({"name": "orders", "kafka": {"topics": ["orders"]},
+                                    "sink": {**sink, "mode": "upsert", "key": ["id"]}}))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    kind = sink.get("type", "files")
+    assert (f"sink type '{kind}' has no 'mode': it keeps every record of every batch. Keyed upserts and deletes "
+            f"(mode: upsert, key: [...]) are in the postgres sink; remove sink.mode, or use that sink") in str(err.value)

@@ -5,7 +5,7 @@ transaction that commits the batch in the ledger (docs/architecture.md, *The Pos
       type: postgres
       staging: /data/staging/orders       # staging root: the Spark job writes Parquet here, as for every sink
       table: analytics.orders             # schema.table, in the ledger's database
-      mode: append                        # or upsert, with key: [order_id]
+      mode: append                        # or upsert, with key: [order_id] (and version_column, delete_column)
 
 Spark's JDBC writer commits one transaction per task, so a failed stage leaves part of a batch in
 the table. Here the Spark job only stages Parquet; the commit task, under the pipeline lock and in
@@ -32,15 +32,13 @@ value encoded in Python to PostgreSQL's wire formats (numeric digits, microsecon
 slower and easier to get wrong. Only ``bytea`` (as ``\\x…`` hex) and nested Spark types (as
 ``jsonb`` text) are converted in Python, and only for the columns that have them.
 
-**Upsert** (``mode: upsert``, ``key: [...]``): the table has a UNIQUE constraint on the key. A
-commit of batch N first deletes the rows still carrying ``batch_id = N`` (so a replay re-applies
-N, and keys the new transform no longer emits disappear), then merges N's rows: within the batch,
-per key, the row of the highest ``kafka_offset`` wins (ties, only possible across partitions or
-topics, go to the higher partition, then topic); that row replaces the key's row whatever batch
-wrote it (``INSERT … ON CONFLICT (key) DO UPDATE``). Batches are merged in commit order, so a
-replay of an old batch re-applies its values over later batches' values of the same keys; replay
-the later batches too to restore theirs. ``rows_out`` in the ledger counts the staged rows, not the
-rows the merge left.
+**Upsert** (``mode: upsert``, ``key: [...]``; optional ``version_column``, ``delete_column``):
+the table shows, per key, its newest change, and a version decides which is newest, not the order
+in which batches were committed: every change is kept in ``<table>_changes`` (``change_log``), and
+a commit of output N rewrites the table's rows of exactly the keys N touches or touched. A replay
+of any batch, in any order, leaves the table as the first pass did; a key missing from a replayed
+batch's new output returns to its previous change; a delete (a row whose ``delete_column`` is true)
+is never undone by an older batch. ``rows_out`` in the ledger counts the staged rows.
 
 Identifiers are validated (letters, digits, ``_``) and always quoted with
 ``psycopg2.sql.Identifier``; no name is ever formatted into SQL text.
@@ -52,8 +50,9 @@ The package, one module per job:
 * ``schema``: the table's columns: staged Parquet/Arrow types as PostgreSQL's, which changes are
   compatible, and the CREATE / ALTER that create and evolve the table and ``<table>_rejected``;
 * ``copy_stream``: the streaming CSV ``COPY`` from staged Parquet (``CopyStream``);
+* ``change_log``: the upsert's change log and the rule that the newest version of a key wins;
 * ``sink``: ``PostgresSink``, the seam's halves: staging checks, the load in the ledger's
-  transaction (with the upsert merge), retire, ownership and the read path.
+  transaction, retire, ownership and the read path.
 """
 
 from offsetbatch.sinks.postgres.copy_stream import CopyStream

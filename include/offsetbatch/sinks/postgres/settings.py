@@ -35,6 +35,13 @@ class PostgresSettings(StagedSettings):
     conn_id: str | None = Field(None, description="Airflow connection of the table's database: the ledger's")
     mode: Literal["append", "upsert"] = "append"
     key: list[str] = Field(default_factory=list, description="upsert: the columns that identify a row")
+    version_column: str | None = Field(
+        None, description="upsert: a column of the transform's output whose greater value is the newer change of a "
+                          "key (Debezium's source.lsn or ts_ms); default: the record's offset, which orders the "
+                          "changes of a key only while the key stays in one partition")
+    delete_column: str | None = Field(
+        None, description="upsert: a boolean column of the transform's output; a row where it is true deletes its "
+                          "key (a tombstone or a Debezium 'd' mapped by the transform)")
 
     @field_validator("table")
     @classmethod
@@ -55,12 +62,26 @@ class PostgresSettings(StagedSettings):
             raise ValueError(f"key columns repeat: {v}")
         return v
 
+    @field_validator("version_column", "delete_column")
+    @classmethod
+    def _column(cls, v: str | None) -> str | None:
+        return None if v is None else check_identifier(v, "column")
+
     @model_validator(mode="after")
     def _consistent(self) -> "PostgresSettings":
         if self.mode == "upsert" and not self.key:
             raise ValueError("mode 'upsert' needs 'key': the columns that identify a row, e.g. key: [order_id]")
-        if self.mode == "append" and self.key:
-            raise ValueError("'key' is only used with mode 'upsert'; remove it or set mode: upsert")
+        if self.mode == "append":
+            given = [f for f in ("key", "version_column", "delete_column") if getattr(self, f)]
+            if given:
+                raise ValueError(f"{', '.join(repr(f) for f in given)} only mean something with mode 'upsert'; remove "
+                                 f"{'them' if len(given) > 1 else 'it'} or set mode: upsert")
+        for field in ("version_column", "delete_column"):
+            if getattr(self, field) in self.key:
+                raise ValueError(f"{field} {getattr(self, field)!r} is also a key column; a change's version and its "
+                                 f"delete flag cannot identify the row")
+        if self.version_column and self.version_column == self.delete_column:
+            raise ValueError("version_column and delete_column name the same column")
         if self.event_time_column:
             raise ValueError("event_time_column sub-partitions Parquet folders and has no meaning for a postgres "
                              "table; remove it (index or partition the table in PostgreSQL instead)")

@@ -1,6 +1,6 @@
 """``PostgresSink``: the seam's halves for a table in the ledger's database. The job half checks the
 transform's columns and stages Parquet; the commit half loads a batch inside the ledger's
-transaction (schema check and evolution, DELETE of the output id, COPY, the upsert merge, the
+transaction (schema check and evolution, DELETE of the output id, COPY, the upsert's change log, the
 rejected records), retires superseded batches, records ownership as a comment on the table, and
 reads the table back through Spark's JDBC source.
 """
@@ -12,12 +12,13 @@ import logging
 import re
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
 from offsetbatch.sinks.base import PublishesInLedgerTransaction, RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.postgres.change_log import SUFFIX, ChangeLog
 from offsetbatch.sinks.postgres.copy_stream import copy_rows
 from offsetbatch.sinks.postgres.schema import RECORD_COLUMNS, REJECTED_COLUMNS, RESERVED, TableSchema
 from offsetbatch.sinks.postgres.settings import PostgresSettings
@@ -92,11 +93,16 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
             raise SinkError(f"{self.where(batch_id)}: the transform's output has a column {clash[0]!r}, which the "
                             f"postgres sink fills itself with the batch id. Rename it in the transform. Nothing was "
                             f"committed.")
-        no_key = [c for c in self.settings.key if c not in cols]
-        if no_key:
-            raise SinkError(f"{self.where(batch_id)}: upsert key column(s) {', '.join(no_key)} are not in the "
-                            f"transform's output ({', '.join(data.columns)}). Fix sink.key or the transform. Nothing "
-                            f"was committed.")
+        named = [*self.settings.key, *(c for c in (self.settings.version_column, self.settings.delete_column) if c)]
+        absent = [c for c in named if c not in cols]
+        if absent:
+            raise SinkError(f"{self.where(batch_id)}: upsert column(s) {', '.join(absent)} (sink.key, version_column, "
+                            f"delete_column) are not in the transform's output ({', '.join(data.columns)}). Fix the "
+                            f"sink's settings or the transform. Nothing was committed.")
+        if self.settings.delete_column and dict(data.dtypes)[self.settings.delete_column] != "boolean":
+            raise SinkError(f"{self.where(batch_id)}: delete_column {self.settings.delete_column!r} is "
+                            f"{dict(data.dtypes)[self.settings.delete_column]}, not boolean; make the transform give "
+                            f"true for a row that deletes its key (e.g. op = 'd'). Nothing was committed.")
         return super().stage(spark, data, rejected, batch_id, attempt, output_id)
 
     # ---- connections -------------------------------------------------------------------------
@@ -195,13 +201,19 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
         columns = self._prepare(cur, manifest.data_files, output_id)
         self._prepare_rejected(cur)
         self._claim_in(cur, ledger_id)
-        self._delete(cur, output_id)
+        changes = self._change_log(cur, output_id)
+        self._delete(cur, output_id, rows=changes is None)
         faults.checkpoint("commit.before_copy")
-        loaded = self._load(cur, manifest.data_files, columns, output_id) if columns else 0
+        names, types = [n for n, _ in columns], [t for _, t in columns]
+        loaded = self._copy(cur, SUFFIX if changes else "", manifest.data_files, names, types, output_id) if columns else 0
         if loaded != manifest.rows_out:
             raise SinkError(f"{self.where(output_id)}: COPY loaded {loaded} rows but the manifest of attempt "
                             f"{attempt} says {manifest.rows_out}; the transaction is rolled back. Re-run the spark_job "
                             f"task.")
+        merged = ""
+        if changes:
+            written, gone = changes.apply(cur, output_id)
+            merged = f" (upsert: {written} key(s) rewritten from the change log, {gone} without a row now)"
         rej_cols = [c for c, _ in REJECTED_COLUMNS[1:]]
         rejected = self._copy(cur, "_rejected", manifest.rejected_files, rej_cols,
                               [t for _, t in REJECTED_COLUMNS[1:]], output_id)
@@ -209,45 +221,37 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
             raise SinkError(f"{self.where(output_id)}: COPY loaded {rejected} rejected records but the manifest says "
                             f"{manifest.rows_rejected}; the transaction is rolled back. Re-run the spark_job task.")
         faults.checkpoint("commit.after_copy")
-        log.info("%s: loaded %d rows and %d rejected records in the ledger's transaction", self.where(output_id),
-                 loaded, rejected)
+        log.info("%s: loaded %d rows%s and %d rejected records in the ledger's transaction", self.where(output_id),
+                 loaded, merged, rejected)
+
+    def _change_log(self, cur, output_id: int) -> ChangeLog | None:
+        """Upsert: the change log, ready, with ``output_id``'s earlier changes taken out (their keys
+        noted); None in append mode or before the table exists."""
+        if self.settings.mode != "upsert":
+            return None
+        changes = ChangeLog(self)
+        if not changes.prepare(cur, output_id):
+            return None
+        changes.forget(cur, output_id)
+        return changes
 
     def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
         cur = self._cursor(conn)
-        self._delete(cur, output_id)
+        changes = self._change_log(cur, output_id)
+        self._delete(cur, output_id, rows=changes is None)
+        if changes:
+            changes.apply(cur, output_id)
 
-    def _delete(self, cur, output_id: int) -> None:
+    def _delete(self, cur, output_id: int, rows: bool = True) -> None:
+        """``output_id``'s rejected records and (``rows``) its rows; an upsert's rows follow its change log."""
         from psycopg2 import sql
 
-        for suffix in ("", "_rejected"):
+        for suffix in ("", "_rejected") if rows else ("_rejected",):
             if self._exists(cur, suffix):
                 cur.execute(sql.SQL("DELETE FROM {} WHERE batch_id = %s").format(self._ident(suffix)), (output_id,))
 
-    def _load(self, cur, files: list[str], staged: list[tuple[str, str]], output_id: int) -> int:
-        """Append mode: COPY straight into the table. Upsert: COPY into a temporary table, then
-        merge its winner row per key. Returns the rows COPY read."""
-        from psycopg2 import sql
-
-        names, types = [n for n, _ in staged], [t for _, t in staged]
-        if self.settings.mode == "append":
-            return self._copy(cur, "", files, names, types, output_id)
-        tmp = sql.Identifier(f"ob_upsert_{output_id}")
-        cur.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {} INCLUDING DEFAULTS) ON COMMIT DROP").format(tmp, self._ident()))
-        n = self._copy(cur, "", files, names, types, output_id, into=tmp)
-        cols = sql.SQL(", ").join(map(sql.Identifier, ["batch_id", *names]))
-        key = sql.SQL(", ").join(map(sql.Identifier, self.settings.key))
-        updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c))
-                                     for c in ["batch_id", *names] if c not in self.settings.key)
-        cur.execute(sql.SQL(
-            "INSERT INTO {target} ({cols}) SELECT DISTINCT ON ({key}) {cols} FROM {tmp} "
-            "ORDER BY {key}, kafka_offset DESC, kafka_partition DESC, kafka_topic DESC "
-            "ON CONFLICT ({key}) DO UPDATE SET {updates}").format(
-                target=self._ident(), cols=cols, key=key, tmp=tmp, updates=updates))
-        return n
-
-    def _copy(self, cur, suffix: str, files: list[str], names: list[str], types: list[str], output_id: int,
-              into: Any = None) -> int:
-        return copy_rows(cur, into if into is not None else self._ident(suffix), files, names, types, output_id)
+    def _copy(self, cur, suffix: str, files: list[str], names: list[str], types: list[str], output_id: int) -> int:
+        return copy_rows(cur, self._ident(suffix), files, names, types, output_id)
 
     # ---- ownership: a comment on the table -------------------------------------------------------
 
@@ -287,6 +291,9 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
             cur = self._cursor(conn)
             if not self._exists(cur):
                 return []
+            logged = ChangeLog(self).output_ids(cur) if self.settings.mode == "upsert" else None
+            if logged is not None:  # an upsert's table keeps only each key's newest change: the log has them all
+                return logged
             cur.execute(sql.SQL("SELECT DISTINCT batch_id FROM {} ORDER BY 1").format(self._ident()))
             return [r[0] for r in cur.fetchall()]
 

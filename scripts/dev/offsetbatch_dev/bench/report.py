@@ -19,6 +19,7 @@ MEASURES = {"raw": "raw read (count only)", "job": "our batch job",
             "batch_peer": "peer: hand-written `spark.read` batch (no project code)",
             "avro_peer": "peer: Structured Streaming AvailableNow, prefix stripped, `from_avro` (no project code)",
             "avro_floor": "floor: `spark.read`, prefix stripped, `from_avro`, partitioned write; no checks, the job's Spark settings",
+            "job_no_text_checks": "our batch job without its UTF-8 checks of decoded strings",
             "dag": "our whole DAG run (plan + spark-submit + commit)",
             "dag_connect": "our whole DAG run on a Spark Connect server (plan + job + commit)"}
 
@@ -56,9 +57,10 @@ TARGET = 1.2  # job / each peer, at every size (issue 32)
 RSS_LIMIT_MB = 1536  # the job's driver peak RSS at 5,000,000 records
 # What the job is compared with (key: label, target ratio or None for a reference), per phase.
 COMPARED = {"raw": ("raw read", None), **{k: (label, TARGET) for k, label in PEERS.items()}}
-AVRO = ("raw", "job", "avro_peer", "avro_floor")
+AVRO = ("raw", "job", "job_no_text_checks", "avro_peer", "avro_floor")  # the two jobs side by side
 AVRO_COMPARED = {"raw": ("raw read", 0.5), "avro_peer": ("Structured Streaming + from_avro peer", 1.2),  # issue 31
-                 "avro_floor": ("floor (decode and write only)", None)}
+                 "avro_floor": ("floor (decode and write only)", None),
+                 "job_no_text_checks": ("the job without its UTF-8 checks (their cost)", 0.95)}  # issue 41
 
 
 def ratio_runs(samples: dict[str, list[Sample]], peer: str) -> list[float]:
@@ -99,24 +101,28 @@ def throughput_section(datasets: dict[int, Dataset], samples: dict[int, dict[str
 
 
 def avro_section(datasets: dict[int, Dataset], samples: dict[int, dict[str, list[Sample]]], schema_id: int,
-                 command: str, warning: str | None) -> list[str]:
+                 command: str, warning: str | None, keys: tuple[str, ...] = AVRO) -> list[str]:
     """The ``avro`` phase: the throughput section's tables for the raw read, the job and the Avro
-    peer on the same events as Confluent-framed Avro, the ratios against issue 31's targets."""
+    peer on the same events as Confluent-framed Avro, the ratios against issue 31's targets
+    (``keys``: the measurements taken, when not all)."""
     reps = len(next(iter(samples.values()))["job"])
-    lines = ["## Avro: the job against the raw read and a Structured Streaming `from_avro` peer", "",
+    title = ("## Avro: the job against the raw read and a Structured Streaming `from_avro` peer" if keys == AVRO else
+             f"## Avro, {' and '.join(MEASURES[k] for k in keys)}")
+    lines = [title, "",
              f"{stamp(command)}. The throughput data set's events as Confluent prefix-framed Avro (writer schema id "
              f"{schema_id} in the stand-in schema registry, `offsetbatch_dev.bench.avro_dataset`), read as "
              f"`confluent-avro` with `schema_id: prefix`, the job's `value_schemas` resolved from the registry as the "
              f"plan task does. The floor (`bench/peers/batch_read_avro.py`) is the least any Spark application does to land "
              f"these records as the same partitioned Parquet, with the job's Spark settings and none of its checks: the "
-             f"job's ratio to it is what its checks cost. Each size: {reps} repetitions, the four applications "
+             f"job's ratio to it is what its checks cost. Each size: {reps} repetitions, the {len(keys)} applications "
              f"interleaved. Median (min–max).", ""]
     lines += [f"* Data: {ds.records:,} Avro records, {ds.bytes / 2**20:.0f} MiB of values (about "
               f"{ds.bytes / ds.records:.0f} B each), {ds.partitions} partitions of topic `{ds.topic}`."
               for _, ds in sorted(datasets.items())] + [""]
     if warning:
         lines += [f"**Measured on a machine that was not quiet:** {warning}.", ""]
-    return lines + [*_measurements(datasets, samples, AVRO), "", *_ratio_table(datasets, samples, AVRO_COMPARED), ""]
+    compared = {k: v for k, v in AVRO_COMPARED.items() if k in keys}
+    return lines + [*_measurements(datasets, samples, keys), "", *_ratio_table(datasets, samples, compared), ""]
 
 
 def _measurements(datasets: dict[int, Dataset], samples: dict[int, dict[str, list[Sample]]],

@@ -33,6 +33,7 @@ OUTPUT_COLUMNS = ["event_id", "kind", "user_id", "page", "event_time", "amount",
 TRANSFORM = f"SELECT {', '.join(OUTPUT_COLUMNS)} FROM records"
 JOB = PROJECT_ROOT / "jobs" / "offsetbatch_job.py"  # the runtime's spark-submit entry, as the spark_job task submits it
 HERE = Path(__file__).resolve().parent
+JOB_WITHOUT_TEXT_CHECKS = HERE / "job_without_text_checks.py"  # the job minus its Avro UTF-8 checks
 RAW_READ_APP = HERE / "raw_read_app.py"  # the benchmark's own application (the raw read), beside this file
 PEERS = HERE / "peers"  # what a user writes instead; they import nothing of the project
 
@@ -135,10 +136,10 @@ def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
 
 def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
               client: KafkaClientConfig | None = None, name: str = "job", master: str = "local[*]",
-              value_schemas: dict | None = None) -> Sample:
+              value_schemas: dict | None = None, app: Path = JOB) -> Sample:
     """The job as the spark_job task submits it; ``client``: a secured broker's settings (options
     in the spec, secrets in a private file, as the operator does); ``master``: where it runs;
-    ``value_schemas``: Avro values (``job_spec``)."""
+    ``value_schemas``: Avro values (``job_spec``); ``app``: the job's entry (a benchmark variant of it)."""
     table = work / f"{name}-{rep}" / "table"
     shutil.rmtree(table.parent, ignore_errors=True)
     spec = job_spec(ds, bootstrap, str(table), value_schemas)
@@ -149,7 +150,7 @@ def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
     uri = TableLayout(str(table)).spec(1)
     spec.save(uri)
     try:
-        wall, rss, _ = spark_submit(JOB, ["--spec", uri, "--attempt", "bench",
+        wall, rss, _ = spark_submit(app, ["--spec", uri, "--attempt", "bench",
                                           *([job_secrets.ARG, str(secrets_file)] if secrets_file else [])],
                                     product_conf(conf), work / f"{name}-{rep}.log", master=master)
     finally:
