@@ -122,7 +122,16 @@ class Manifest:
 
     @classmethod
     def load(cls, uri: str) -> "Manifest":
-        raw = storage.read_json(uri)
+        return cls.from_json(storage.read_json(uri))
+
+    @classmethod
+    def load_if_exists(cls, uri: str) -> "Manifest | None":
+        """The manifest at ``uri``, or ``None``: not written, or deleted meanwhile by another process."""
+        raw = storage.read_json_if_exists(uri)
+        return None if raw is None else cls.from_json(raw)
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Manifest":
         raw["ranges"] = [RangeReport(**r) for r in raw["ranges"]]
         if "batch_id" in raw:  # manifests published before version 2 of the job spec
             raw["output_id"] = raw.pop("batch_id")

@@ -324,8 +324,8 @@ class Sink(ABC):
         comes from it: on an object store published files stay in their attempt folder."""
         from offsetbatch.jobspec import Manifest
 
-        staged = f"{folder}/_manifest.json"
-        if storage.exists(staged) and published(Manifest.load(staged)):
+        staged = Manifest.load_if_exists(f"{folder}/_manifest.json")  # the attempt itself may be discarding it
+        if staged is not None and published(staged):
             return
         storage.remove(folder)
 

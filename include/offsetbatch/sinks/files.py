@@ -161,8 +161,7 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         super().discard(batch_id, attempt)
 
     def _published(self, output_id: int) -> Manifest | None:
-        uri = self.layout.manifest(output_id)
-        return Manifest.load(uri) if storage.exists(uri) else None
+        return Manifest.load_if_exists(self.layout.manifest(output_id))
 
     def _note_trash(self, output_id: int, folder: str) -> None:
         storage.write_json(self.layout.trash(f"output_id={output_id}-{time.time_ns()}.json"),

@@ -80,6 +80,15 @@ def read_json(uri: str) -> Any:
         return json.load(f)
 
 
+def read_json_if_exists(uri: str) -> Any | None:
+    """``read_json``, or ``None`` when the file is not there, also when another process deleted it
+    after this one saw it (a check then a read is two requests)."""
+    try:
+        return read_json(uri) if exists(uri) else None
+    except FileNotFoundError:
+        return None
+
+
 def write_json(uri: str, obj: Any) -> None:
     """Readers never see half a file: on a disk, a temporary name and a rename; on an object
     store, one PUT (an object appears whole or not at all)."""
@@ -111,13 +120,17 @@ def write_empty_parquet(folder: str, schema: Any) -> str:
 
 
 def remove(uri: str, best_effort: bool = False) -> bool:
-    """Delete ``uri`` (a file or a folder tree). With ``best_effort``, a folder another process is
-    still writing into (``OSError``: not empty) is left, and ``False`` returned, instead of raising."""
+    """Delete ``uri`` (a file or a folder tree). Gone is gone: another process that removed it first
+    (between the check and the delete, or halfway through the tree) is no error. With
+    ``best_effort``, a folder another process is still writing into (``OSError``: not empty) is
+    left, and ``False`` returned, instead of raising."""
     with _fs_of(uri) as (fs, path):
         try:
             if fs.exists(path):
                 fs.rm(path, recursive=True)
-        except OSError:
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) and not fs.exists(path):
+                return True  # another process removed it first
             if not best_effort or is_s3(uri):  # on S3 nothing is "not empty": the error means something
                 raise
             return False

@@ -200,6 +200,38 @@ def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipe
     assert report.ok, report.summary()
 
 
+def test_an_attempt_folder_another_process_deletes_first_is_no_error(s3_server, request, monkeypatch):
+    """Both runs of the test above delete the loser's attempt folder: the winner's publish and the
+    loser's own discard. CI (stop 46) failed the winner's publish, after its commit, on S3's "Path
+    does not exist" when the loser's delete landed between the winner's check and its delete. Here a
+    rival deletes the folder after each check, every time: removing it and reading its staged
+    manifest both take "gone" for an answer."""
+    from fsspec.implementations.arrow import ArrowFSWrapper
+
+    from offsetbatch import storage
+    from offsetbatch.jobspec import Manifest
+
+    name = _bucket(s3_server, request)
+    conn = s3_server.connection()
+    settings = S3Settings.from_fields(CONN_ID, conn["login"], conn["password"], conn["extra"])
+    rival, folder = s3_server.filesystem(), f"s3a://{name}/attempts/batch_id=1/attempt=loser"
+
+    class RivalDeletesAfterEachCheck(ArrowFSWrapper):
+        def exists(self, path, **kwargs) -> bool:
+            found = super().exists(path, **kwargs)
+            if rival.get_file_info(folder.partition("://")[2]).type != pafs.FileType.NotFound:
+                rival.delete_dir(folder.partition("://")[2])
+            return found
+
+    monkeypatch.setitem(storage._s3_buckets, name, RivalDeletesAfterEachCheck(settings.filesystem().fs))
+    storage.write_json(f"{folder}/_manifest.json", {"attempt": "loser"})
+    storage.write_json(f"{folder}/data/part-00000.json", {})
+    assert storage.remove(folder) is True
+    assert rival.get_file_info(folder.partition("://")[2]).type == pafs.FileType.NotFound
+    storage.write_json(f"{folder}/_manifest.json", {"attempt": "loser"})
+    assert Manifest.load_if_exists(f"{folder}/_manifest.json") is None
+
+
 def test_bucket_check_names_each_cause(s3_server):
     """``doctor``'s check: each cause its own error, naming the connection."""
     conn = s3_server.connection()
