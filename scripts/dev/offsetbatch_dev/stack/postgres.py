@@ -116,3 +116,11 @@ class PostgresCluster:
             conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
         engine.dispose()
         return self.url_for(name)
+
+    def drop_database(self, name: str) -> None:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(self.url, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
