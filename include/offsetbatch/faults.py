@@ -12,7 +12,10 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
     commit.iceberg_metadata_written  (iceberg sink) inside the Iceberg commit: the new table metadata
                               file is written, the catalog row not yet swapped to it
     commit.after_iceberg_commit      (iceberg sink) after each table's snapshot commit (rows, then
-                              rejected records), before the ledger marks the batch published
+                              rejected records), before the ledger marks the batch published; in
+                              upsert mode the rows' table is the table of changes, so this is
+                              before the upserted table's snapshot
+    commit.after_iceberg_upsert      (iceberg sink, upsert mode) after the upserted table's snapshot
     commit.manifest_published (files sink on an object store) the batch's manifest is published, the
                               batch's other attempts and the replaced folder not yet deleted, the
                               ledger not yet marking the batch published

@@ -16,6 +16,7 @@ from offsetbatch.sinks.base import (SINKS, KeepsManifests, PublishesAfterLedgerC
 from offsetbatch.sinks.files import FilesSink
 from offsetbatch.sinks.iceberg import IcebergSink
 from offsetbatch.sinks.kafka import KafkaSink
+from offsetbatch.sinks.keyed import KeyedSettings
 from offsetbatch.sinks.postgres import PostgresSink
 from offsetbatch.sinks.staging import StagingLayout
 
@@ -35,12 +36,12 @@ def settings_for(value: Any) -> SinkSettings:
     kind = value.get("type", "files")
     if kind not in SINKS:
         raise ValueError(f"sink type {kind!r} is not one of {', '.join(sorted(SINKS))}")
-    fields = SINKS[kind].Settings.model_fields
-    if "mode" in value and "mode" not in fields:
-        keyed = sorted(k for k, s in SINKS.items() if "mode" in s.Settings.model_fields)
+    if "mode" in value and not issubclass(SINKS[kind].Settings, KeyedSettings):
+        keyed = sorted(k for k, s in SINKS.items() if issubclass(s.Settings, KeyedSettings))
+        where = (f"the {keyed[0]} sink; remove sink.mode, or use that sink" if len(keyed) == 1 else
+                 f"the {', '.join(keyed[:-1])} and {keyed[-1]} sinks; remove sink.mode, or use one of them")
         raise ValueError(f"sink type {kind!r} has no 'mode': it keeps every record of every batch. Keyed upserts and "
-                         f"deletes (mode: upsert, key: [...]) are in the {', '.join(keyed)} sink; remove sink.mode, or "
-                         f"use that sink")
+                         f"deletes (mode: upsert, key: [...]) are in {where}")
     return SINKS[kind].Settings.model_validate(value)
 
 

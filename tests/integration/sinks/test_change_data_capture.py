@@ -2,10 +2,12 @@
 Debezium's PostgreSQL connector writes them, produced here: no Debezium server) of inserts,
 updates, deletes and re-inserts of the same keys, spread over three partitions and three hourly
 batches, with the tombstones, heartbeats and a schema-change event Debezium mixes in; upserted by
-``source.lsn`` into PostgreSQL through Airflow, the real broker and Spark (the suite's Connect
-server). After every run, every replay (batches 3, 1, 2 in that order, then batch 2 again under a
-new transform) and a kill -9 inside the commit's transaction, the table read with psycopg2 equals
-a model that applies the changes in LSN order, row by row: no key regressed, none resurrected.
+``source.lsn`` through Airflow, the real broker and Spark (the suite's Connect server) into
+PostgreSQL and into Iceberg. After every run, every replay (batches 3, 1, 2 in that order, then
+batch 2 again under a new transform) and a kill -9 at the commit's boundary (PostgreSQL: inside
+its transaction; Iceberg: between the ledger commit and the upserted table's snapshot), the table
+read by a reader that is not ours (psycopg2; pyiceberg's scan) equals a model that applies the
+changes in LSN order, row by row: no key regressed, none resurrected.
 """
 
 from __future__ import annotations
@@ -98,30 +100,56 @@ def _model(changes: list[dict], rename=lambda n: n) -> dict[int, tuple]:
     return table
 
 
-def _table(url: str) -> dict[int, tuple]:
+def _postgres_rows(url: str) -> list[tuple]:
     u = sa.make_url(url)
     conn = psycopg2.connect(host=u.host, port=u.port, user=u.username, password=u.password, dbname=u.database)
     try:
         with conn.cursor() as cur:
             cur.execute(f"SELECT id, name, balance, cdc_version, cdc_deleted FROM {TABLE}")
-            rows = cur.fetchall()
+            return cur.fetchall()
     finally:
         conn.close()
+
+
+def _iceberg_rows(url: str) -> list[tuple]:
+    from offsetbatch_dev.verify import iceberg_table
+
+    table = iceberg_table(url, ICEBERG_TABLE)
+    columns = ["id", "name", "balance", "cdc_version", "cdc_deleted"]
+    return [tuple(r[c] for c in columns) for r in table.scan(selected_fields=tuple(columns)).to_arrow().to_pylist()]
+
+
+# per sink: its settings, the reader that is not ours, and where a kill lands at the commit's boundary
+SINKS = {
+    "postgres": ({"type": "postgres", "table": TABLE}, _postgres_rows, "commit.after_copy"),
+    "iceberg": ({"type": "iceberg", "namespace": "cdc", "table": "accounts"}, _iceberg_rows,
+                "commit.after_iceberg_commit"),
+}
+ICEBERG_TABLE = "cdc.accounts"
+
+
+def _table(sink: str, url: str) -> dict[int, tuple]:
+    rows = SINKS[sink][1](url)
     assert len(rows) == len({r[0] for r in rows}), "one row per key"
     assert not any(r[4] for r in rows), "a delete is never a row"
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
 
-def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_kill(make_pipeline, postgres):
+@pytest.mark.parametrize("sink", list(SINKS))
+def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_kill(make_pipeline, postgres, sink,
+                                                                                   tmp_path):
     rng = random.Random(44)
     changes = _change_stream(rng, hours=3, per_hour=60)
     url = postgres.create_database(f"cdc_{uuid.uuid4().hex[:8]}")
-    p = make_pipeline(ledger_url=url,
+    settings, _, kill_at = SINKS[sink]
+    if sink == "iceberg":
+        settings = {**settings, "warehouse": str(tmp_path / "warehouse")}  # the catalog: the ledger's database
+    p = make_pipeline(f"_{sink}", ledger_url=url,
                       value={"format": "debezium", "schema": "id INT, name STRING, balance BIGINT",
                              "required": ["id"], "version": "source.lsn"},
                       transform={"sql": TRANSFORM.format(name="name")},
-                      sink={"type": "postgres", "event_time_column": None, "table": TABLE, "mode": "upsert", "key": ["id"], "version_column": "cdc_version",
-                            "delete_column": "cdc_deleted"})
+                      sink={**settings, "event_time_column": None, "mode": "upsert", "key": ["id"],
+                            "version_column": "cdc_version", "delete_column": "cdc_deleted"})
     sent = _produce(p.bootstrap, p.topic, changes, rng)
     deletes = sum(c["op"] == "d" for c in changes)
     assert deletes > 5 and any(c["op"] == "c" and c["before"] is None and any(
@@ -131,7 +159,7 @@ def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_k
     for hour in range(3):
         run = p.run(BASE + hour * H)
         assert run.ok, run.output[-4000:]
-        assert _table(url) == _model([c for c in changes if c["hour"] <= hour]), f"after hour {hour}"
+        assert _table(sink, url) == _model([c for c in changes if c["hour"] <= hour]), f"after hour {hour}"
     expected = _model(changes)
     batches = sorted(p.ledger.list_batches(p.name, 10), key=lambda b: b.batch_id)
     assert [b.batch_id for b in batches] == [1, 2, 3]
@@ -141,7 +169,7 @@ def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_k
     for n in (3, 1, 2):
         replay = p.run(None, conf={"mode": "replay", "batch_ids": str(n), "reason": f"cdc replay {n}"})
         assert replay.ok, replay.output[-4000:]
-        assert _table(url) == expected, f"after replaying batch {n}"
+        assert _table(sink, url) == expected, f"after replaying batch {n}"
 
     # a transform change, replayed for batch 2 only: exactly the keys whose newest change is in batch
     # 2 take the new transform's values
@@ -152,11 +180,12 @@ def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_k
     assert replay.ok, replay.output[-4000:]
     in_batch_2 = {c["lsn"] for c in changes if c["hour"] == 1}
     expected = {k: ((v[0].upper(), *v[1:]) if v[2] in in_batch_2 else v) for k, v in expected.items()}
-    assert _table(url) == expected
+    assert _table(sink, url) == expected
     assert any(v[2] in in_batch_2 for v in expected.values()) and any(v[2] not in in_batch_2 for v in expected.values())
 
-    # kill -9 inside the commit's transaction, after the change log and the table were rewritten:
-    # nothing of it is visible; the rerun of the commit lands it
+    # kill -9 at the commit's boundary (PostgreSQL: inside its transaction, after the change log and the
+    # table were rewritten; Iceberg: after the ledger commit and the changes table's snapshot, before the
+    # upserted table's): nothing of it is visible; the rerun of the commit lands it
     replay = p.run(None, conf={"mode": "replay", "batch_ids": "1", "reason": "kill inside the commit"},
                    faults="commit.before_transaction")
     replay.assert_failed_with("injected fault at commit.before_transaction")
@@ -165,15 +194,15 @@ def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_k
         "attempt=*/_manifest.json")).parent.name.removeprefix("attempt=")
     env = {k: v for k, v in p.env.items() if k != "OFFSETBATCH_FAULTS"}
     killed = subprocess.run([sys.executable, "-c", COMMIT, str(p.config_path), str(pending.batch_id), attempt],
-                            env={**env, "OFFSETBATCH_FAULTS": "commit.after_copy:kill"}, capture_output=True, text=True,
+                            env={**env, "OFFSETBATCH_FAULTS": f"{kill_at}:kill"}, capture_output=True, text=True,
                             timeout=300)
     assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:] + killed.stderr[-3000:]
-    assert _table(url) == expected, "a commit killed inside its transaction changed the table"
+    assert _table(sink, url) == expected, "a commit killed at its boundary changed the table readers see"
     finished = subprocess.run([sys.executable, "-c", COMMIT, str(p.config_path), str(pending.batch_id), attempt],
                               env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
     in_batch_1 = {c["lsn"] for c in changes if c["hour"] == 0}
-    assert _table(url) == {k: ((v[0].upper(), *v[1:]) if v[2] in in_batch_1 else v) for k, v in expected.items()}
+    assert _table(sink, url) == {k: ((v[0].upper(), *v[1:]) if v[2] in in_batch_1 else v) for k, v in expected.items()}
 
 
 def yaml_load(path: Path) -> dict:

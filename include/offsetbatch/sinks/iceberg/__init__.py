@@ -35,6 +35,7 @@ The package, one module per job:
 * ``schema``: staged columns against the table's (evolution, refusals) and the partition spec;
 * ``markers``: the snapshot summary written per batch and read back (roll-forward, ``published_ids``,
   ``ledger rebuild``);
+* ``upsert``: ``mode: upsert``, the table of one row per key derived from ``<table>_changes``;
 * ``sink``: ``IcebergSink``, the seam's halves.
 """
 

@@ -8,6 +8,8 @@
       table: events                       # the rejected records go to events_rejected
       warehouse: /data/warehouse          # where new tables' files live: a local path or URI
       partition_by: ["day(event_time)"]   # optional: column (identity), year|month|day|hour(column)
+      mode: upsert                        # optional: one row per key (sinks/keyed.py), from events_changes
+      key: [event_id]
 
 ``catalog`` is never written into job specs (a URL may hold a password): the Spark job stages
 Parquet and needs no catalog; only the commit task opens it.
@@ -21,6 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from offsetbatch.sinks.base import StagedSettings, absolute_location
+from offsetbatch.sinks.keyed import KeyedSettings
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TRANSFORMS = ("identity", "year", "month", "day", "hour")
@@ -39,7 +42,7 @@ def parse_partition(spec: str) -> tuple[str, str]:
     return (m["transform"], m["inner"]) if m["transform"] else ("identity", m["column"])
 
 
-class IcebergSettings(StagedSettings):
+class IcebergSettings(KeyedSettings, StagedSettings):
     type: Literal["iceberg"] = "iceberg"
     catalog: str | None = Field(None, exclude=True,
                                 description="the SQL catalog: a SQLAlchemy URL (postgresql://…, sqlite:///…) or an "
@@ -113,7 +116,14 @@ class IcebergSettings(StagedSettings):
 
     @property
     def identifier(self) -> tuple[str, str]:
+        """The table readers query: in upsert mode, one row per key."""
         return (self.namespace, self.table)
+
+    @property
+    def marked_identifier(self) -> tuple[str, str]:
+        """The table each batch's snapshot (and its marker) goes to: the table itself, or in upsert
+        mode the table of changes it is derived from (``sinks/iceberg/upsert.py``)."""
+        return (self.namespace, f"{self.table}_changes") if self.upserts else self.identifier
 
     @property
     def rejected_identifier(self) -> tuple[str, str]:

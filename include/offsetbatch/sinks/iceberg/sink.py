@@ -24,6 +24,7 @@ from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, R
 from offsetbatch.sinks.iceberg import markers, schema
 from offsetbatch.sinks.iceberg.catalog import open_catalog, warehouse_uri
 from offsetbatch.sinks.iceberg.settings import IcebergSettings
+from offsetbatch.sinks.keyed import check_staged
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -34,6 +35,7 @@ log = logging.getLogger(__package__)
 
 OWNER_PROPERTY = "offsetbatch.owner"
 AFTER_COMMIT = "commit.after_iceberg_commit"
+AFTER_UPSERT = "commit.after_iceberg_upsert"  # upsert mode: the upserted table refreshed, the rejected one next
 FOOTER_THREADS = 8  # Parquet footers read at once when registering a batch's files
 
 
@@ -77,6 +79,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             raise SinkSchemaError(f"{self.where(batch_id)}: the transform's output has a column 'batch_id', which "
                                   f"the iceberg sink fills itself with the batch id. Rename it in the transform. "
                                   f"Nothing was committed.")
+        check_staged(self.settings, dict(data.dtypes), self.where(batch_id))
         out_id = batch_id if output_id is None else output_id
         data = data.withColumn(schema.BATCH_ID, F.lit(out_id).cast("long"))
         data, hidden = schema.stage_partitions(data, self.settings.partitions, self.where(batch_id))
@@ -90,7 +93,12 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         while it is still planned (after the transaction it could never be published)."""
         manifest = Manifest.load(self.staging.staging_manifest(batch_id, attempt))
         with open_catalog(self.settings, self.pipeline_name) as catalog:
-            for ident, files in ((self.settings.identifier, manifest.data_files),
+            from offsetbatch.sinks.iceberg import upsert
+
+            ident = self.settings.identifier
+            upsert.check_mode(_load(catalog, ident), self.settings.upserts,
+                              self.where(batch_id, f"Iceberg table {'.'.join(ident)}"))
+            for ident, files in ((self.settings.marked_identifier, manifest.data_files),
                                  (self.settings.rejected_identifier, manifest.rejected_files)):
                 table = _load(catalog, ident)
                 if table is not None and files:
@@ -111,10 +119,12 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         manifest = Manifest.load(manifest_uri)
         retired = sorted(set(superseded) - {output_id})
         with open_catalog(self.settings, self.pipeline_name) as catalog:
-            for ident, part, files in ((self.settings.identifier, "data", manifest.data_files),
+            for ident, part, files in ((self.settings.marked_identifier, "data", manifest.data_files),
                                        (self.settings.rejected_identifier, "rejected", manifest.rejected_files)):
                 self._publish_table(catalog, ident, part, files, batch_id, output_id, attempt, kind, manifest, retired)
                 faults.checkpoint(AFTER_COMMIT)
+                if part == "data":
+                    self._refresh_upserted(catalog, batch_id)
         if self.in_place:
             for attempts in self.staging.attempt_folders(batch_id):
                 for other in storage.children(attempts):
@@ -200,11 +210,25 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                  f", removes {len(deletes)} file(s) of batch(es) {', '.join(map(str, replaced))}" if deletes else "",
                  f"; columns changed: {', '.join(changed)}" if changed else "")
 
+    def _refresh_upserted(self, catalog: "SqlCatalog", batch_id: int | None) -> None:
+        """Upsert mode: bring the table readers query up to the table of changes (after every
+        snapshot of the latter; a crash before it is finished by the next publish)."""
+        if not self.settings.upserts:
+            return
+        from offsetbatch.sinks.iceberg import upsert
+
+        rule = upsert.UpsertRule(self.settings.key, self.settings.version_column, self.settings.delete_column)
+        ident = self.settings.identifier
+        upsert.refresh(catalog, self.settings.marked_identifier, ident, rule,
+                       self.where(batch_id, f"Iceberg table {'.'.join(ident)}"),
+                       f"{warehouse_uri(self.settings.warehouse)}/{ident[0]}/{ident[1]}")
+        faults.checkpoint(AFTER_UPSERT)
+
     def retire(self, output_id: int) -> None:
         """Remove a superseded batch's rows (normally already removed by the snapshot that re-read
         them; this finds nothing then)."""
         with open_catalog(self.settings, self.pipeline_name) as catalog:
-            for ident in (self.settings.identifier, self.settings.rejected_identifier):
+            for ident in (self.settings.marked_identifier, self.settings.rejected_identifier):
                 table = _load(catalog, ident)
                 deletes = _live_files(table, [output_id]) if table is not None else []
                 if not deletes:
@@ -215,6 +239,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                     for f in deletes:
                         snapshot.delete_data_file(f)
                 tx.commit_transaction()
+            self._refresh_upserted(catalog, None)  # also when nothing was deleted: a crash may have left it behind
 
     def published_ids(self) -> list[int]:
         return sorted(self._live())
@@ -225,14 +250,14 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
 
     def _live(self) -> dict[int, markers.Published]:
         with open_catalog(self.settings, self.pipeline_name) as catalog:
-            table = _load(catalog, self.settings.identifier)
+            table = _load(catalog, self.settings.marked_identifier)
             return markers.live(table) if table is not None else {}
 
     def owner(self) -> dict | None:
         """The table's ``offsetbatch.owner`` property; before the table exists, the claim recorded
         next to the staging area (the first publish copies it into the new table)."""
         with open_catalog(self.settings, self.pipeline_name) as catalog:
-            table = _load(catalog, self.settings.identifier)
+            table = _load(catalog, self.settings.marked_identifier)
             if table is not None and OWNER_PROPERTY in table.properties:
                 return json.loads(table.properties[OWNER_PROPERTY])
         return super().owner()
@@ -242,7 +267,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         owner = {"ledger_id": ledger_id, "pipeline": self.pipeline_name,
                  "claimed_at": datetime.now(timezone.utc).isoformat()}
         with open_catalog(self.settings, self.pipeline_name) as catalog:
-            table = _load(catalog, self.settings.identifier)
+            table = _load(catalog, self.settings.marked_identifier)
             if table is not None:
                 table.transaction().set_properties(**{OWNER_PROPERTY: json.dumps(owner)}).commit_transaction()
 
@@ -258,7 +283,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         out = {i: {"table": table_name, "output": table_name} for i in output_ids}
         try:
             with open_catalog(self.settings, self.pipeline_name) as catalog:
-                for key, ident in (("snapshot", self.settings.identifier),
+                for key, ident in (("snapshot", self.settings.marked_identifier),
                                    ("rejected_snapshot", self.settings.rejected_identifier)):
                     table = _load(catalog, ident)
                     live = markers.live(table) if table is not None else {}

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import logging
 from offsetbatch.errors import SinkSchemaError
+from offsetbatch.sinks.keyed import POSITION
 from offsetbatch.sinks.postgres.schema import TableSchema
 
 log = logging.getLogger(__package__)
 
 SUFFIX = "_changes"
-POSITION = ("kafka_offset", "kafka_partition", "kafka_topic")  # ties of version_column, newest first
 SORT_MEMORY = "256MB"  # at least, for the newest-change sort (``_plan_for_probes``)
 PROBE_PAGE_COST = 1.1  # at most: PostgreSQL's advice for data in memory or on SSDs
 

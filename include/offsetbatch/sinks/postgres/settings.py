@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from offsetbatch.sinks.base import StagedSettings
+from offsetbatch.sinks.keyed import KeyedSettings
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_IDENT = 63 - len("_rejected")  # PostgreSQL truncates names longer than 63 bytes
@@ -26,22 +27,13 @@ def check_identifier(name: str, what: str) -> str:
     return name
 
 
-class PostgresSettings(StagedSettings):
+class PostgresSettings(KeyedSettings, StagedSettings):
     type: Literal["postgres"] = "postgres"
     table: str = Field(description="target 'schema.table' in the ledger's PostgreSQL database")
     url: str | None = Field(None, exclude=True,
                             description="SQLAlchemy URL of the table's database: the ledger's (filled from ledger: "
                                         "when omitted; never written to job specs)")
     conn_id: str | None = Field(None, description="Airflow connection of the table's database: the ledger's")
-    mode: Literal["append", "upsert"] = "append"
-    key: list[str] = Field(default_factory=list, description="upsert: the columns that identify a row")
-    version_column: str | None = Field(
-        None, description="upsert: a column of the transform's output whose greater value is the newer change of a "
-                          "key (Debezium's source.lsn or ts_ms); default: the record's offset, which orders the "
-                          "changes of a key only while the key stays in one partition")
-    delete_column: str | None = Field(
-        None, description="upsert: a boolean column of the transform's output; a row where it is true deletes its "
-                          "key (a tombstone or a Debezium 'd' mapped by the transform)")
 
     @field_validator("table")
     @classmethod
@@ -53,35 +45,12 @@ class PostgresSettings(StagedSettings):
         check_identifier(parts[1], "table")
         return v
 
-    @field_validator("key")
     @classmethod
-    def _key_columns(cls, v: list[str]) -> list[str]:
-        for col in v:
-            check_identifier(col, "key column")
-        if len(set(v)) != len(v):
-            raise ValueError(f"key columns repeat: {v}")
-        return v
-
-    @field_validator("version_column", "delete_column")
-    @classmethod
-    def _column(cls, v: str | None) -> str | None:
-        return None if v is None else check_identifier(v, "column")
+    def check_column(cls, name: str, what: str) -> str:
+        return check_identifier(name, what)
 
     @model_validator(mode="after")
     def _consistent(self) -> "PostgresSettings":
-        if self.mode == "upsert" and not self.key:
-            raise ValueError("mode 'upsert' needs 'key': the columns that identify a row, e.g. key: [order_id]")
-        if self.mode == "append":
-            given = [f for f in ("key", "version_column", "delete_column") if getattr(self, f)]
-            if given:
-                raise ValueError(f"{', '.join(repr(f) for f in given)} only mean something with mode 'upsert'; remove "
-                                 f"{'them' if len(given) > 1 else 'it'} or set mode: upsert")
-        for field in ("version_column", "delete_column"):
-            if getattr(self, field) in self.key:
-                raise ValueError(f"{field} {getattr(self, field)!r} is also a key column; a change's version and its "
-                                 f"delete flag cannot identify the row")
-        if self.version_column and self.version_column == self.delete_column:
-            raise ValueError("version_column and delete_column name the same column")
         if self.event_time_column:
             raise ValueError("event_time_column sub-partitions Parquet folders and has no meaning for a postgres "
                              "table; remove it (index or partition the table in PostgreSQL instead)")

@@ -18,6 +18,7 @@ from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
 from offsetbatch.sinks.base import PublishesInLedgerTransaction, RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.keyed import check_staged
 from offsetbatch.sinks.postgres.change_log import SUFFIX, ChangeLog
 from offsetbatch.sinks.postgres.copy_stream import copy_rows
 from offsetbatch.sinks.postgres.schema import RECORD_COLUMNS, REJECTED_COLUMNS, RESERVED, TableSchema
@@ -93,16 +94,7 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
             raise SinkError(f"{self.where(batch_id)}: the transform's output has a column {clash[0]!r}, which the "
                             f"postgres sink fills itself with the batch id. Rename it in the transform. Nothing was "
                             f"committed.")
-        named = [*self.settings.key, *(c for c in (self.settings.version_column, self.settings.delete_column) if c)]
-        absent = [c for c in named if c not in cols]
-        if absent:
-            raise SinkError(f"{self.where(batch_id)}: upsert column(s) {', '.join(absent)} (sink.key, version_column, "
-                            f"delete_column) are not in the transform's output ({', '.join(data.columns)}). Fix the "
-                            f"sink's settings or the transform. Nothing was committed.")
-        if self.settings.delete_column and dict(data.dtypes)[self.settings.delete_column] != "boolean":
-            raise SinkError(f"{self.where(batch_id)}: delete_column {self.settings.delete_column!r} is "
-                            f"{dict(data.dtypes)[self.settings.delete_column]}, not boolean; make the transform give "
-                            f"true for a row that deletes its key (e.g. op = 'd'). Nothing was committed.")
+        check_staged(self.settings, dict(data.dtypes), self.where(batch_id))
         return super().stage(spark, data, rejected, batch_id, attempt, output_id)
 
     # ---- connections -------------------------------------------------------------------------

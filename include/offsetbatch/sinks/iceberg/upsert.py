@@ -1,0 +1,215 @@
+"""The iceberg sink's upsert: a table a version decides, derived from the table of its changes
+(the PostgreSQL sink's change log, carried over to snapshots; docs/architecture.md).
+
+Two tables:
+
+* ``<table>_changes``: every change, written exactly as the append sink writes a table (one
+  snapshot per batch with its marker; a replay replaces its batch's files);
+* ``<table>``: per key, the newest change of ``<table>_changes`` unless that change is a delete.
+  Each of its snapshots says in its summary which snapshot of ``<table>_changes`` it reflects
+  (``offsetbatch.changes-snapshot``).
+
+``refresh`` brings ``<table>`` from the changes snapshot it reflects, S0, to the current one, S:
+
+1. the data files S has and S0 had not, and those S0 had and S has not: the keys they hold are the
+   touched keys (a replay's old files are among the removed ones, so a key missing from its new
+   output is touched too);
+2. each touched key's newest change among S's files: a scan filtered by those keys, one record
+   batch at a time (memory: the touched keys' changes, never the table);
+3. one transaction: delete the touched keys' rows (copy-on-write of the files holding them), append
+   the newest changes that are not deletes, the last snapshot marked with S.
+
+A crash leaves ``<table>`` at S0 (the transaction is one catalog commit), and the next refresh
+does it again, so the publish that follows a crash finishes it. "Newest" is the greatest
+``version_column`` (when set), then offset, partition, topic, as in the PostgreSQL sink.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from offsetbatch.errors import SinkSchemaError
+from offsetbatch.sinks.keyed import POSITION
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__package__)
+
+CHANGES_SNAPSHOT = "offsetbatch.changes-snapshot"
+
+
+@dataclass(frozen=True)
+class UpsertRule:
+    """What identifies a row and which of its changes is newer (the sink's settings)."""
+
+    key: Sequence[str]
+    version_column: str | None = None
+    delete_column: str | None = None
+
+    @property
+    def order(self) -> list[tuple[str, str]]:
+        """Sort keys: each key's newest change first."""
+        newest = ([self.version_column] if self.version_column else []) + list(POSITION)
+        return [(k, "ascending") for k in self.key] + [(c, "descending") for c in newest]
+
+
+@dataclass(frozen=True)
+class Refreshed:
+    changes_snapshot: int | None
+    touched: int  # keys whose row was recomputed
+    written: int  # of them, keys with a row now
+    snapshot_id: int | None  # the table's new snapshot; None when nothing changed
+
+
+def reflected(table: "Table | None") -> int | None:
+    """The changes snapshot ``table`` reflects (None: none yet)."""
+    if table is None or table.current_snapshot() is None:
+        return None
+    summary = table.current_snapshot().summary
+    value = summary.additional_properties.get(CHANGES_SNAPSHOT) if summary else None
+    return int(value) if value else None
+
+
+def check_mode(table: "Table | None", upserts: bool, where: str) -> None:
+    """A table written in one mode is refused by the other, before the ledger transaction: an
+    append table's rows are not one per key (upsert mode would leave the rows it has no change for),
+    and an upserted table has no batch markers (append mode could not tell what it holds)."""
+    if table is None or table.current_snapshot() is None:
+        return
+    derived = any(s.summary and CHANGES_SNAPSHOT in s.summary.additional_properties for s in table.snapshots())
+    if upserts and not derived:
+        raise SinkSchemaError(
+            f"{where}: the table was written in append mode (one row per record); mode upsert derives it from "
+            f"<table>_changes and cannot take over its rows. Nothing was committed; the batch stays planned. Give "
+            f"the sink a new table name (and replay from the start to fill it), or set mode back to append.")
+    if not upserts and derived:
+        raise SinkSchemaError(
+            f"{where}: the table is an upserted table (one row per key, derived from <table>_changes); append mode "
+            f"cannot write into it. Nothing was committed; the batch stays planned. Set mode: upsert again, or give "
+            f"the sink a new table name.")
+
+
+def data_files(table: "Table", snapshot_id: int | None) -> dict[str, object]:
+    """Path -> ``DataFile`` of the files snapshot ``snapshot_id`` of ``table`` reads."""
+    if snapshot_id is None:
+        return {}
+    return {task.file.file_path: task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()}
+
+
+def touched_keys(changes: "Table", before: int | None, after: int, rule: UpsertRule) -> "pa.Table":
+    """The distinct keys held by the files that differ between two changes snapshots."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    old, new = data_files(changes, before), data_files(changes, after)
+    differing = sorted((set(old) - set(new)) | (set(new) - set(old)))
+    parts = []
+    for path in differing:
+        with changes.io.new_input(path).open() as f:
+            parts.append(pq.read_table(f, columns=list(rule.key)))
+    if not parts:
+        return pa.table({k: pa.array([], pa.int64()) for k in rule.key})
+    keys = pa.concat_tables(parts, promote_options="permissive")
+    return keys.group_by(list(rule.key)).aggregate([])
+
+
+def newest_changes(changes: "Table", snapshot_id: int, keys: "pa.Table", rule: UpsertRule, where: str) -> "pa.Table":
+    """Each of ``keys``' newest change in snapshot ``snapshot_id`` (deletes included)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyiceberg.table.upsert_util import create_match_filter
+
+    if keys.num_rows == 0:
+        return changes.scan(snapshot_id=snapshot_id, limit=0).to_arrow()
+    reader = changes.scan(snapshot_id=snapshot_id, row_filter=create_match_filter(keys, list(rule.key))) \
+        .to_arrow_batch_reader()
+    candidates = pa.Table.from_batches(list(reader), schema=reader.schema)
+    _check(candidates, rule, where)
+    ordered = candidates.sort_by(rule.order)
+    if ordered.num_rows == 0:
+        return ordered
+    first = pa.array([True] + [False] * (ordered.num_rows - 1))
+    for k in rule.key:
+        col = ordered.column(k)
+        differs = pc.not_equal(col.slice(1), col.slice(0, ordered.num_rows - 1))
+        first = pc.or_(first, pa.concat_arrays([pa.array([True]), differs.combine_chunks()]))
+    return ordered.filter(first)
+
+
+def _check(candidates: "pa.Table", rule: UpsertRule, where: str) -> None:
+    """A NULL key or version orders nothing; without a version, a key's changes must come from
+    one partition. Refused, naming the record, as the PostgreSQL sink does."""
+    import pyarrow.compute as pc
+
+    needed = [*rule.key, *([rule.version_column] if rule.version_column else [])]
+    for column in needed:
+        nulls = pc.is_null(candidates.column(column))
+        if pc.any(nulls).as_py():
+            row = candidates.filter(nulls).slice(0, 1).to_pylist()[0]
+            raise SinkSchemaError(
+                f"{where}: the row of {row['kafka_topic']}/{row['kafka_partition']} offset {row['kafka_offset']} has "
+                f"NULL in {column}, which the upsert needs to know the row's key and which change is newer. The table "
+                f"was not changed; no retry changes it. Filter such rows out in the transform (WHERE {column} IS NOT "
+                f"NULL) or give them a value, then replay the batch.")
+    if rule.version_column or candidates.num_rows == 0:
+        return
+    places = candidates.group_by(list(rule.key)).aggregate([("kafka_partition", "count_distinct"),
+                                                            ("kafka_topic", "count_distinct")])
+    spread = places.filter(pc.or_(pc.greater(places.column("kafka_partition_count_distinct"), 1),
+                                  pc.greater(places.column("kafka_topic_count_distinct"), 1)))
+    if spread.num_rows:
+        shown = ", ".join(f"{k}={spread.column(k)[0].as_py()!r}" for k in rule.key)
+        raise SinkSchemaError(
+            f"{where}: key ({shown}) has changes in more than one partition; offsets order a key's changes only "
+            f"within one partition, so which is newer is unknown. The table was not changed. Set sink.version_column "
+            f"to a column of the transform's output that orders a key's changes (Debezium's source.lsn or ts_ms, an "
+            f"updated_at), then replay the batch.")
+
+
+def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str], rule: UpsertRule, where: str,
+            location: str, properties: dict[str, str] | None = None) -> Refreshed:
+    """Bring the upserted table to the changes table's current snapshot (module docstring);
+    ``location``: a new upserted table's."""
+    import pyarrow.compute as pc
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.table.upsert_util import create_match_filter
+
+    changes = catalog.load_table(changes_ident)
+    current = changes.current_snapshot()
+    if current is None:
+        return Refreshed(None, 0, 0, None)
+    try:
+        view = catalog.load_table(view_ident)
+    except NoSuchTableError:
+        view = None
+    before = reflected(view)
+    if before == current.snapshot_id:
+        return Refreshed(before, 0, 0, None)
+    keys = touched_keys(changes, before, current.snapshot_id, rule)
+    newest = newest_changes(changes, current.snapshot_id, keys, rule, where)
+    if rule.delete_column:
+        deleted = pc.fill_null(newest.column(rule.delete_column), False)
+        live = newest.filter(pc.invert(deleted))
+    else:
+        live = newest
+    props = {**(properties or {}), CHANGES_SNAPSHOT: str(current.snapshot_id)}
+    if view is None:
+        tx = catalog.create_table_transaction(view_ident, schema=changes.schema(), location=location)
+    else:
+        tx = view.transaction()
+        with tx.update_schema() as update:
+            update.union_by_name(changes.schema())
+    if view is not None and keys.num_rows:
+        tx.delete(create_match_filter(keys, list(rule.key)), snapshot_properties=props)
+    tx.append(live.cast(tx.table_metadata.schema().as_arrow()), snapshot_properties=props)  # also when empty:
+    # its snapshot carries the marker
+    tx.commit_transaction()
+    view = catalog.load_table(view_ident)
+    log.info("%s: %d key(s) touched since changes snapshot %s; %d with a row now, %d without (snapshot %d)",
+             where, keys.num_rows, before, live.num_rows, keys.num_rows - live.num_rows,
+             view.current_snapshot().snapshot_id)
+    return Refreshed(current.snapshot_id, keys.num_rows, live.num_rows, view.current_snapshot().snapshot_id)
