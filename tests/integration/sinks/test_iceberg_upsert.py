@@ -148,6 +148,13 @@ def test_without_a_version_a_key_in_two_partitions_is_refused(tables):
                        "pipeline accounts", tables.location)
 
 
+def test_a_null_key_is_refused_naming_the_record(tables):
+    """No key filter finds a NULL key again: refused, not left out of the table."""
+    tables.publish(1, [(1, "a", False, 5, 0), (None, "b", False, 6, 0)])
+    with pytest.raises(SinkSchemaError, match=r"accounts/0 offset 101 has NULL in id"):
+        tables.refresh()
+
+
 def test_a_null_version_is_refused_naming_the_record(tables):
     tables.publish(1, [(1, "a", False, None, 0)])
     with pytest.raises(SinkSchemaError, match=r"accounts/0 offset 100 has NULL in lsn"):

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch.errors import SinkSchemaError
-from offsetbatch.sinks.keyed import POSITION
+from offsetbatch.sinks.keyed import POSITION, RECORD_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -100,8 +100,9 @@ def data_files(table: "Table", snapshot_id: int | None) -> dict[str, object]:
     return {task.file.file_path: task.file for task in table.scan(snapshot_id=snapshot_id).plan_files()}
 
 
-def touched_keys(changes: "Table", before: int | None, after: int, rule: UpsertRule) -> "pa.Table":
-    """The distinct keys held by the files that differ between two changes snapshots."""
+def touched_keys(changes: "Table", before: int | None, after: int, rule: UpsertRule, where: str) -> "pa.Table":
+    """The distinct keys held by the files that differ between two changes snapshots; a NULL key
+    (which no key filter would ever find again) refuses the refresh, naming its record."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -110,11 +111,12 @@ def touched_keys(changes: "Table", before: int | None, after: int, rule: UpsertR
     parts = []
     for path in differing:
         with changes.io.new_input(path).open() as f:
-            parts.append(pq.read_table(f, columns=list(rule.key)))
+            parts.append(pq.read_table(f, columns=list(dict.fromkeys([*rule.key, *RECORD_COLUMNS]))))
     if not parts:
         return pa.table({k: pa.array([], pa.int64()) for k in rule.key})
-    keys = pa.concat_tables(parts, promote_options="permissive")
-    return keys.group_by(list(rule.key)).aggregate([])
+    found = pa.concat_tables(parts, promote_options="permissive")
+    _refuse_nulls(found, rule.key, where)
+    return found.select(list(rule.key)).group_by(list(rule.key)).aggregate([])
 
 
 def newest_changes(changes: "Table", snapshot_id: int, keys: "pa.Table", rule: UpsertRule, where: str) -> "pa.Table":
@@ -145,16 +147,7 @@ def _check(candidates: "pa.Table", rule: UpsertRule, where: str) -> None:
     one partition. Refused, naming the record, as the PostgreSQL sink does."""
     import pyarrow.compute as pc
 
-    needed = [*rule.key, *([rule.version_column] if rule.version_column else [])]
-    for column in needed:
-        nulls = pc.is_null(candidates.column(column))
-        if pc.any(nulls).as_py():
-            row = candidates.filter(nulls).slice(0, 1).to_pylist()[0]
-            raise SinkSchemaError(
-                f"{where}: the row of {row['kafka_topic']}/{row['kafka_partition']} offset {row['kafka_offset']} has "
-                f"NULL in {column}, which the upsert needs to know the row's key and which change is newer. The table "
-                f"was not changed; no retry changes it. Filter such rows out in the transform (WHERE {column} IS NOT "
-                f"NULL) or give them a value, then replay the batch.")
+    _refuse_nulls(candidates, [*rule.key, *([rule.version_column] if rule.version_column else [])], where)
     if rule.version_column or candidates.num_rows == 0:
         return
     places = candidates.group_by(list(rule.key)).aggregate([("kafka_partition", "count_distinct"),
@@ -168,6 +161,20 @@ def _check(candidates: "pa.Table", rule: UpsertRule, where: str) -> None:
             f"within one partition, so which is newer is unknown. The table was not changed. Set sink.version_column "
             f"to a column of the transform's output that orders a key's changes (Debezium's source.lsn or ts_ms, an "
             f"updated_at), then replay the batch.")
+
+
+def _refuse_nulls(rows: "pa.Table", columns: Sequence[str], where: str) -> None:
+    import pyarrow.compute as pc
+
+    for column in columns:
+        nulls = pc.is_null(rows.column(column))
+        if pc.any(nulls).as_py():
+            row = rows.filter(nulls).slice(0, 1).to_pylist()[0]
+            raise SinkSchemaError(
+                f"{where}: the row of {row['kafka_topic']}/{row['kafka_partition']} offset {row['kafka_offset']} has "
+                f"NULL in {column}, which the upsert needs to know the row's key and which change is newer. The table "
+                f"was not changed; no retry changes it. Filter such rows out in the transform (WHERE {column} IS NOT "
+                f"NULL) or give them a value, then replay the batch.")
 
 
 def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str], rule: UpsertRule, where: str,
@@ -189,7 +196,7 @@ def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str]
     before = reflected(view)
     if before == current.snapshot_id:
         return Refreshed(before, 0, 0, None)
-    keys = touched_keys(changes, before, current.snapshot_id, rule)
+    keys = touched_keys(changes, before, current.snapshot_id, rule, where)
     newest = newest_changes(changes, current.snapshot_id, keys, rule, where)
     if rule.delete_column:
         deleted = pc.fill_null(newest.column(rule.delete_column), False)
