@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from offsetbatch.errors import SinkError
+from offsetbatch.errors import SinkSchemaError
 
 COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")  # a change's place in Kafka
@@ -88,15 +88,18 @@ class KeyedSettings(BaseModel):
 
 def check_staged(settings: KeyedSettings, dtypes: dict[str, str], where: str) -> None:
     """In the job, before anything is staged: the columns the upsert reads are in the transform's
-    output (Spark's ``dtypes``), and the delete flag is a boolean."""
+    output (Spark's ``dtypes``), and the delete flag is a boolean. No retry fixes either: the
+    task fails at once (``SinkSchemaError``)."""
     if not settings.upserts:
         return
     absent = [c for c in settings.needed_columns() if c not in dtypes]
     if absent:
-        raise SinkError(f"{where}: upsert column(s) {', '.join(absent)} (sink.key, version_column, delete_column, and "
-                        f"the record's {', '.join(RECORD_COLUMNS)}) are not in the transform's output "
-                        f"({', '.join(dtypes)}). Fix the sink's settings or the transform. Nothing was committed.")
+        raise SinkSchemaError(f"{where}: upsert column(s) {', '.join(absent)} (sink.key, version_column, "
+                              f"delete_column, and the record's {', '.join(RECORD_COLUMNS)}) are not in the "
+                              f"transform's output ({', '.join(dtypes)}). Fix the sink's settings or the "
+                              f"transform. Nothing was committed.")
     if settings.delete_column and dtypes[settings.delete_column] != "boolean":
-        raise SinkError(f"{where}: delete_column {settings.delete_column!r} is {dtypes[settings.delete_column]}, not "
-                        f"boolean; make the transform give true for a row that deletes its key (e.g. op = 'd'). "
-                        f"Nothing was committed.")
+        kind = dtypes[settings.delete_column]
+        raise SinkSchemaError(f"{where}: delete_column {settings.delete_column!r} is {kind}, not boolean; make "
+                              f"the transform give true for a row that deletes its key (e.g. op = 'd'). Nothing "
+                              f"was committed.")

@@ -34,16 +34,17 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 @pytest.fixture(scope="module")
-def ui_pipeline(airflow_env, kafka_broker, test_state):
+def ui_pipeline(airflow_env, kafka_broker, test_state, spark_connect_server):
     """Two hourly batches, a forward reset (gap rows, reason 'reset'), one more batch after the gap,
-    then records left unread so the lag is not zero."""
+    then records left unread so the lag is not zero; its jobs on the suite's Connect server."""
+    from conftest import CONNECT_CONN_ID
     from harness import Pipeline
 
     name = "ui_orders"
     root = test_state / "pipelines" / name
     shutil.rmtree(root, ignore_errors=True)
     p = Pipeline(name=name, topic="t-ui-orders", env=airflow_env, root=root, bootstrap=kafka_broker.bootstrap,
-                 ledger_url=f"sqlite:///{root}/ledger.db")
+                 ledger_url=f"sqlite:///{root}/ledger.db", overrides={"spark": {"connect_conn_id": CONNECT_CONN_ID}})
     p.produce(800, start=BASE, hours=2, partitions=2)
     for hour in (0, 1):
         outcome = p.run(BASE + hour * H)  # logical date L reads [L, L+1h)

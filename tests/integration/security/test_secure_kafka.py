@@ -210,6 +210,7 @@ def test_each_misconfiguration_fails_the_plan_task_at_once_and_changes_nothing(s
     assert not kafka_check["ok"] and f"denied describing topic(s) {other}" in kafka_check["detail"], kafka_check
 
 
+@pytest.mark.spark_connect  # its jobs read the SASL_SSL broker from the suite's Connect server
 def test_a_kafka_sink_user_without_producer_acls_is_refused_before_anything_changes(secure_pipeline,
                                                                                      secure_kafka_broker):
     """A Kafka sink whose user may read the source but not publish used to be found after the

@@ -4,7 +4,12 @@ pyiceberg, all configured from one Airflow ``aws`` connection. A crash at each b
 rerun: every record exactly once, read back by readers that are not the sinks' (pyarrow listing
 the bucket and reading the manifests and the Parquet files they name; pyiceberg's scan), and no
 Parquet object left that no manifest or snapshot names. Nothing is renamed at commit time on an
-object store. Also: a replay, a ledger rebuilt from the bucket, and ``doctor``'s bucket check."""
+object store. Also: a replay, a ledger rebuilt from the bucket, and ``doctor``'s bucket check.
+
+Where the claim is the commit protocol on a bucket, the runs' Spark jobs are clients of the suite's
+Spark Connect server (S3A on its classpath, the bucket's settings per session: the product's
+Connect path); one test runs ``spark-submit`` with S3A, for what only a job of its own shows: its
+driver killed mid-upload, the secret kept off its command line, the magic committer's report."""
 
 from __future__ import annotations
 
@@ -80,21 +85,66 @@ def _unreferenced(p, fs) -> list[str]:
     return [o for o in _objects(fs, p.table) if o.endswith(".parquet") and o not in named]
 
 
-def test_files_sink_on_s3_exactly_once_through_crashes_a_replay_and_a_lost_ledger(s3_pipeline, s3_server):
-    """One pipeline through three crashes, then a replay and a lost ledger (one pipeline: each run
-    here is a spark-submit with S3A, so the later steps reuse the batches the crashes left)."""
+def test_a_spark_submit_job_on_s3_killed_mid_write_publishes_nothing_and_leaks_no_secret(s3_pipeline, s3_server):
+    """``spark-submit`` with S3A: its driver killed while the magic committer's uploads are open
+    publishes nothing of the batch, and the rerun writes it once; every file went up once, to its
+    final name (the committer's ``_SUCCESS`` is its JSON report); the store's secret reached Spark in
+    the private secrets file only, never a task log (the spark-submit command line included) nor a
+    job spec or manifest on the bucket."""
+    fs = s3_server.filesystem()
+    p = s3_pipeline()
+    p.produce(600, start=BASE, hours=2)
+
+    first = p.run(BASE)
+    assert first.ok, first.output[-4000:]
+    assert "Spark-Submit cmd" in first.output
+    assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/" not in o], \
+        "nothing outside _offsetbatch/: on an object store the data is published in place"
+    crashed = p.run(BASE + H, faults="job.kill_during_write")
+    crashed.assert_failed_with("killing the Spark driver mid-write")
+    assert p.ledger.get_batch(p.name, 2).status == "planned"
+    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1}
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
+
+    report = _check(p, fs)
+    assert report.ok, report.summary()
+    assert report.output == len(p.expected_ids(set()))
+    assert not _unreferenced(p, fs), "every Parquet object is named by a published manifest"
+    _assert_magic_committer(fs, p)
+    secret = s3_server.connection()["password"]
+    assert not [log.name for log in (p.root / "runs").glob("*.log") if secret in log.read_text()]
+    for obj in _objects(fs, p.table):
+        if obj.endswith(".json"):
+            with fs.open_input_stream(obj) as f:
+                assert secret.encode() not in f.read(), obj
+
+
+def _assert_magic_committer(fs, p) -> None:
+    """Spark wrote through S3A's magic committer (its _SUCCESS is a JSON report): each file uploaded
+    once to its final name, no rename (a copy on S3) in the job either."""
+    for manifest in _manifests(fs, p.table):
+        with fs.open_input_stream(f"{manifest['location'].partition('://')[2]}/data/_SUCCESS") as f:
+            assert json.loads(f.read())["committer"] == "magic"
+
+
+@pytest.mark.spark_connect
+def test_files_sink_on_s3_exactly_once_through_crashes_a_replay_and_a_lost_ledger(s3_pipeline, s3_server,
+                                                                                 spark_connect_server):
+    """One pipeline through three crashes, then a replay and a lost ledger, its jobs on the Spark
+    Connect server (the bucket's S3A settings per session)."""
     fs = s3_server.filesystem()
     p = s3_pipeline()
     p.produce(1200, start=BASE, hours=4)
 
     first = p.run(BASE)
     assert first.ok, first.output[-4000:]
-    assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/" not in o], \
-        "nothing outside _offsetbatch/: on an object store the data is published in place"
+    assert "Spark-Submit cmd" not in first.output
 
-    # 1. The Spark driver killed mid-write: nothing of batch 2 published, the rerun writes it once.
+    # 1. The Spark client (the spark_job task) killed mid-write: nothing of batch 2 published, the
+    # rerun writes it once.
     crashed = p.run(BASE + H, faults="job.kill_during_write")
-    crashed.assert_failed_with("killing the Spark driver mid-write")
+    crashed.assert_failed_with("killing the Spark client (the spark_job task) mid-write")
     assert p.ledger.get_batch(p.name, 2).status == "planned"
     assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1}
     rerun = p.run(BASE + H, run_after=crashed.run_after)
@@ -123,19 +173,10 @@ def test_files_sink_on_s3_exactly_once_through_crashes_a_replay_and_a_lost_ledge
     assert report.output == len(p.expected_ids(set()))
     assert not _unreferenced(p, fs), "every Parquet object is named by a published manifest"
     assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/trash/" in o]
-    # Spark wrote through S3A's magic committer (its _SUCCESS is a JSON report): each file uploaded
-    # once to its final name, no rename (a copy on S3) in the job either.
-    for manifest in _manifests(fs, p.table):
-        with fs.open_input_stream(f"{manifest['location'].partition('://')[2]}/data/_SUCCESS") as f:
-            assert json.loads(f.read())["committer"] == "magic"
-    # The store's secret reached Spark in the private secrets file only: never in a task log (the
-    # spark-submit command line included) nor in a job spec or manifest on the bucket.
+    _assert_magic_committer(fs, p)  # set per session on Connect
+    # On Connect the secret stays in the task's memory: the session's settings, which Spark redacts.
     secret = s3_server.connection()["password"]
     assert not [log.name for log in (p.root / "runs").glob("*.log") if secret in log.read_text()]
-    for obj in _objects(fs, p.table):
-        if obj.endswith(".json"):
-            with fs.open_input_stream(obj) as f:
-                assert secret.encode() not in f.read(), obj
 
     # 4. A replay of batch 1 swaps its manifest and deletes its old files; the other batches stay.
     before = verify.object_store_rows(fs, p.table, ["event_id"])
@@ -168,7 +209,8 @@ def test_files_sink_on_s3_exactly_once_through_crashes_a_replay_and_a_lost_ledge
     assert report.ok, report.summary()
 
 
-def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipeline, s3_server):
+@pytest.mark.spark_connect
+def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipeline, s3_server, spark_connect_server):
     """Two runs execute batch 1 at the same time (the second finds it planned and runs it too): one
     commits, the other loses, either failing mid-write because the winner's publish removed its
     folder, or finishing and finding the batch committed. Whichever way the loser ends, nothing of
@@ -270,12 +312,14 @@ def test_bucket_check_says_when_https_meets_a_plain_http_endpoint(s3_server):
     assert is_permanent(info.value)
 
 
-def test_iceberg_sink_on_s3_exactly_once_through_crashes(make_pipeline, s3_server, request, monkeypatch):
+@pytest.mark.spark_connect
+def test_iceberg_sink_on_s3_exactly_once_through_crashes(make_pipeline, s3_server, request, monkeypatch,
+                                                         spark_connect_server):
     """The iceberg sink with its warehouse and staging on the bucket: the snapshot adds the files
     where the job wrote them. Killed inside the Iceberg commit (metadata written, catalog not yet
-    swapped), the Spark driver killed mid-write, the commit task killed after the ledger
-    transaction, then a replay; read back with pyiceberg's own scan
-    (its S3 FileIO), every record once, and every Parquet object on the bucket named by a snapshot."""
+    swapped), the Spark client killed mid-write (its jobs on the Connect server), the commit task
+    killed after the ledger transaction, then a replay; read back with pyiceberg's own scan (its S3
+    FileIO), every record once, and every Parquet object on the bucket named by a snapshot."""
     fs = s3_server.filesystem()
     conn = s3_server.connection()
     monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(conn))
@@ -296,7 +340,7 @@ def test_iceberg_sink_on_s3_exactly_once_through_crashes(make_pipeline, s3_serve
     assert rerun.ok, rerun.output[-4000:]
 
     crashed = p.run(BASE + 2 * H, faults="job.kill_during_write")
-    crashed.assert_failed_with("killing the Spark driver mid-write")
+    crashed.assert_failed_with("killing the Spark client (the spark_job task) mid-write")
     rerun = p.run(BASE + 2 * H, run_after=crashed.run_after)
     assert rerun.ok, rerun.output[-4000:]
 

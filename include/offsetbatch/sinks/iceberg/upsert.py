@@ -178,7 +178,7 @@ def _refuse_nulls(rows: "pa.Table", columns: Sequence[str], where: str) -> None:
 
 
 def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str], rule: UpsertRule, where: str,
-            location: str, properties: dict[str, str] | None = None) -> Refreshed:
+            location: str) -> Refreshed:
     """Bring the upserted table to the changes table's current snapshot (module docstring);
     ``location``: a new upserted table's."""
     import pyarrow.compute as pc
@@ -203,7 +203,7 @@ def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str]
         live = newest.filter(pc.invert(deleted))
     else:
         live = newest
-    props = {**(properties or {}), CHANGES_SNAPSHOT: str(current.snapshot_id)}
+    props = {CHANGES_SNAPSHOT: str(current.snapshot_id)}
     if view is None:
         tx = catalog.create_table_transaction(view_ident, schema=changes.schema(), location=location)
     else:
