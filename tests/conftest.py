@@ -38,11 +38,12 @@ CONNECT_CONN_ID = "spark_connect_tests"
 # a module's slowest tests on a worker): backfill about 560, cluster_runs 500, object_storage 400
 # (900 before its commit-protocol tests moved to the Connect server, alone 350), failure_recovery
 # 370 + 270 + 100 (its three classes, each a scope of its own), secure_kafka 340, pipeline_runs 290,
-# avro_pipeline 220, ui_plugin 150, the rest under 150. The two modules that start a Spark
+# avro_pipeline 220, lag_trigger 190, ui_plugin 150, the rest under 150. The two modules that start a Spark
 # standalone cluster are kept apart in the order.
 HEAVIEST_FIRST = (
     "test_backfill.py", "test_cluster_runs.py", "test_object_storage.py", "test_secure_kafka.py",
-    "test_failure_recovery.py", "test_pipeline_runs.py", "test_avro_pipeline.py", "test_ui_plugin.py",
+    "test_failure_recovery.py", "test_pipeline_runs.py", "test_avro_pipeline.py", "test_lag_trigger.py",
+    "test_ui_plugin.py",
     "test_iceberg_sink.py", "test_change_data_capture.py", "test_postgres_sink.py", "test_kafka_sink.py",
     "test_planning_cases.py",
     "test_triggers_and_reset.py", "test_trigger_refusals.py", "test_ledger_loss.py", "test_spark_connect_runs.py",

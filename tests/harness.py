@@ -310,14 +310,14 @@ class AirflowRest:
 
 
 class AirflowServices(AirflowRest):
-    """``airflow api-server`` (+ ``airflow scheduler``) as subprocesses (logs in ``root``), with
-    Airflow's simple auth manager and one admin user for REST calls; ``auth=False`` is the simple
-    auth manager's all-admins mode (no login)."""
+    """``airflow api-server`` (+ ``airflow scheduler``, + ``airflow triggerer``) as subprocesses
+    (logs in ``root``), with Airflow's simple auth manager and one admin user for REST calls;
+    ``auth=False`` is the simple auth manager's all-admins mode (no login)."""
 
     USER, PASSWORD = "admin", "offsetbatch-test"
 
     def __init__(self, env: dict, root: Path, port: int, scheduler: bool = True, auth: bool = True,
-                 extra_env: dict | None = None):
+                 extra_env: dict | None = None, triggerer: bool = False):
         import secrets
 
         self.root, self.port = root, port
@@ -334,7 +334,7 @@ class AirflowServices(AirflowRest):
                     "AIRFLOW__CORE__EXECUTOR": "LocalExecutor", "AIRFLOW__CORE__PARALLELISM": "4",
                     "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
                     "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(not auth), **(extra_env or {})}
-        self.scheduler = scheduler
+        self.scheduler, self.triggerer = scheduler, triggerer
         self.procs: list[subprocess.Popen] = []
 
     def start(self, timeout_s: float = 180) -> None:
@@ -349,10 +349,10 @@ class AirflowServices(AirflowRest):
         cmds = [["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port)]]
         if self.scheduler:
             cmds.append(["airflow", "scheduler"])
+        if self.triggerer:
+            cmds.append(["airflow", "triggerer"])
         for cmd in cmds:
-            log = open(self.root / f"{cmd[1]}.log", "w")
-            self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                               start_new_session=True))
+            self.procs.append(self._launch(cmd))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for p in self.procs:
@@ -361,12 +361,32 @@ class AirflowServices(AirflowRest):
             try:
                 with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2) as resp:
                     health = json.loads(resp.read())
-                if not self.scheduler or health.get("scheduler", {}).get("status") == "healthy":
+                wanted = [c for c, on in (("scheduler", self.scheduler), ("triggerer", self.triggerer)) if on]
+                if all(health.get(c, {}).get("status") == "healthy" for c in wanted):
                     return
             except OSError:
                 pass
             time.sleep(0.5)  # polling interval of a readiness check, not a stand-in for one
-        raise TimeoutError(f"Airflow API server/scheduler not healthy after {timeout_s}s; see {self.root}")
+        raise TimeoutError(f"Airflow API server/scheduler/triggerer not healthy after {timeout_s}s; see {self.root}")
+
+    def _launch(self, cmd: list[str], again: bool = False) -> subprocess.Popen:
+        log = open(self.root / f"{cmd[1]}.log", "a" if again else "w")
+        return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self, component: str) -> str:
+        """What ``airflow <component>`` has logged so far (``triggerer``, ``scheduler``)."""
+        path = self.root / f"{component}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def kill_triggerer(self) -> None:
+        """SIGKILL the triggerer and its children (no clean shutdown), then start a new one."""
+        import os
+        import signal
+
+        [proc] = [p for p in self.procs if p.args[1] == "triggerer"]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        self.procs[self.procs.index(proc)] = self._launch(["airflow", "triggerer"], again=True)
 
     def stop(self) -> None:
         import os

@@ -153,8 +153,34 @@ class SparkSettings(_Model):
         return None if value == "" else value
 
 
+class LagTriggerSettings(_Model):
+    """``airflow.trigger``: start a run as soon as records wait past the ledger's frontier, not only
+    on the schedule (``dag.lag_trigger``). A run starts when ``min_records`` wait or the oldest
+    waiting record has waited ``max_delay``, whichever comes first; nothing starts while nothing waits."""
+
+    min_records: int | None = Field(None, gt=0, description="records waiting past the frontier that start a run")
+    max_delay: float | None = Field(None, gt=0, description="how long the oldest waiting record may wait before a "
+                                    "run starts ('30s', '2m', '1h'; seconds)")
+    poll: float = Field(10.0, ge=1.0, description="how often the trigger asks the broker for the log ends and the "
+                        "ledger for the frontier ('10s'; at least 1 s)")
+
+    @field_validator("max_delay", "poll", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> object:
+        return None if v is None else validation.parse_duration(v)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "LagTriggerSettings":
+        if self.min_records is None and self.max_delay is None:
+            raise ValueError("give min_records, max_delay or both (e.g. {min_records: 10000, max_delay: 2m}): "
+                             "without either, no number of waiting records would ever start a run")
+        return self
+
+
 class AirflowSettings(_Model):
-    schedule: str = Field("0 * * * *", description="cron expression for CronDataIntervalTimetable")
+    schedule: str | None = Field("0 * * * *", description="cron expression for CronDataIntervalTimetable; null: "
+                                 "runs start only by airflow.trigger (or by hand)")
+    trigger: LagTriggerSettings | None = Field(None, description="start runs when records wait (a lag trigger)")
     start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
     end_date: datetime | None = Field(None, description="no scheduled run with a later logical date")
     catchup: bool = False
@@ -170,12 +196,15 @@ class AirflowSettings(_Model):
 
     @field_validator("schedule")
     @classmethod
-    def _cron(cls, v: str) -> str:
+    def _cron(cls, v: str | None) -> str | None:
         """Airflow would refuse it at DAG parse without naming this file or field."""
-        return validation.check_cron(v)
+        return None if v is None else validation.check_cron(v)
 
     @model_validator(mode="after")
     def _dates(self) -> "AirflowSettings":
+        if self.schedule is None and self.trigger is None:
+            raise ValueError("schedule is null and there is no trigger: no run would ever start but by hand; give a "
+                             "cron schedule (e.g. '0 * * * *'), an airflow.trigger, or both")
         for name in ("start_date", "end_date"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:

@@ -109,10 +109,34 @@ def pipeline_dag(config: str | Path):
     return _build(Pipeline.load(path), path)
 
 
+def input_asset_uri(name: str) -> str:
+    """The asset that stands for a pipeline's waiting input: its lag trigger's events land on it."""
+    return f"offsetbatch://pipelines/{name}/input"
+
+
+def _schedule(cfg, cfg_path: str):
+    """The cron (a data-interval timetable), the lag trigger's asset, or either of them
+    (``AssetOrTimeSchedule``): ``airflow.schedule`` and ``airflow.trigger``."""
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    cron = CronDataIntervalTimetable(cfg.airflow.schedule, timezone="UTC") if cfg.airflow.schedule else None
+    rule = cfg.airflow.trigger
+    if rule is None:
+        return cron
+    from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher
+
+    from offsetbatch.dag.lag_trigger import LagTrigger
+
+    uri = input_asset_uri(cfg.name)
+    trigger = LagTrigger(config_path=cfg_path, min_records=rule.min_records, max_delay=rule.max_delay, poll=rule.poll)
+    waiting = Asset(name=uri, uri=uri, group="offsetbatch-input",
+                    watchers=[AssetWatcher(name=f"{cfg.name}_waiting_records", trigger=trigger)])
+    return [waiting] if cron is None else AssetOrTimeSchedule(timetable=cron, assets=[waiting])
+
+
 def _build(pipeline: Pipeline, path: Path):
     """The DAG of ``pipeline``, read from ``path``: its tasks re-read the file, so they run today's config."""
     from airflow.sdk import Asset, dag
-    from airflow.timetables.interval import CronDataIntervalTimetable
 
     from offsetbatch.dag.operators.pipeline_steps import CommitOperator, PlanOperator
     from offsetbatch.dag.operators.spark_connect import BatchSparkConnectOperator
@@ -130,7 +154,7 @@ def _build(pipeline: Pipeline, path: Path):
         dag_id=cfg.dag_id,
         description=cfg.description or f"offsetbatch pipeline {cfg.name}",
         doc_md=_doc(pipeline, sink.target, asset.uri),
-        schedule=CronDataIntervalTimetable(cfg.airflow.schedule, timezone="UTC"),
+        schedule=_schedule(cfg, cfg_path),
         start_date=cfg.airflow.start_date,
         end_date=cfg.airflow.end_date,
         catchup=cfg.airflow.catchup,

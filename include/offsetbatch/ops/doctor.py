@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from offsetbatch import redact
 from offsetbatch.ops import lineage_transport
 from offsetbatch.pipeline import Pipeline
+from offsetbatch.plan.freshness import describe_rule
 
 
 @dataclass
@@ -114,7 +115,10 @@ def _transform(pipeline: Pipeline) -> str:
         parts.append(f"transform.python: {cfg.transform.python} imports and is callable")
     else:
         parts.append("no transform: parsed records are written as they are")
-    parts.append(f"airflow.schedule: {validation.check_cron(cfg.airflow.schedule)!r}")
+    if cfg.airflow.schedule is not None:
+        parts.append(f"airflow.schedule: {validation.check_cron(cfg.airflow.schedule)!r}")
+    if cfg.airflow.trigger is not None:
+        parts.append(f"airflow.trigger: {describe_rule(cfg.airflow.trigger)}")
     return "; ".join(parts) + " (column names are checked by the Spark job before it reads Kafka)"
 
 

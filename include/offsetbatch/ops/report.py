@@ -28,14 +28,19 @@ def status_table(st: PipelineStatus) -> Table:
 
 
 def _caption(st: PipelineStatus) -> str:
-    """Data lost in the last 24 h (in red when there was), then a line per partition whose time
-    lag is not the age of its oldest waiting record (the ``*`` in its row)."""
+    """What starts the runs (the cron, the lag trigger's rule), data lost in the last 24 h (in red
+    when there was), then a line per partition whose time lag is not the age of its oldest waiting
+    record (the ``*`` in its row)."""
+    runs = f"schedule {st.schedule}" if st.schedule else "no schedule"
+    if st.trigger:
+        runs += f"; lag trigger: {st.trigger}"
+    lines = [f"runs: {runs}"]
     if not st.gaps_24h:
-        lines = ["data lost in the last 24 h: none"]
+        lines += ["data lost in the last 24 h: none"]
     else:
-        lines = [f"[red]data lost in the last 24 h: {st.records_lost_24h:,} records in {st.gaps_24h} gap(s), never "
-                 f"read (retention before reading, or a forward reset): 'offsetbatch events {st.pipeline}' says who "
-                 f"and why[/]"]
+        lines += [f"[red]data lost in the last 24 h: {st.records_lost_24h:,} records in {st.gaps_24h} gap(s), never "
+                  f"read (retention before reading, or a forward reset): 'offsetbatch events {st.pipeline}' says who "
+                  f"and why[/]"]
     lines += [f"[yellow]* {p.topic}/{p.partition}: {escape(p.lag_note)}[/]" for p in st.partitions if p.lag_note]
     return "\n".join(lines)
 

@@ -12,6 +12,7 @@ from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.rows import data_loss
 from offsetbatch.model import Batch, TopicPartition
 from offsetbatch.pipeline import Pipeline
+from offsetbatch.plan.freshness import describe_rule
 from offsetbatch.source.admin import KafkaAdmin
 
 
@@ -39,6 +40,9 @@ class PipelineStatus:
     # offsets never read, by gap rows recorded in the last 24 h (retention skipped, forward reset)
     gaps_24h: int = 0
     records_lost_24h: int = 0
+    # what starts its runs: the cron and the lag trigger's rule (airflow.schedule, airflow.trigger)
+    schedule: str | None = None
+    trigger: str | None = None
 
     @property
     def lag_records(self) -> int | None:
@@ -60,7 +64,9 @@ def batch_dict(b: Batch) -> dict:
 
 def pipeline_status(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin | None, batches: int = 5) -> PipelineStatus:
     cfg = pipeline.cfg
-    st = PipelineStatus(cfg.name, cfg.dag_id, batches=[batch_dict(b) for b in ledger.list_batches(cfg.name, batches)])
+    st = PipelineStatus(cfg.name, cfg.dag_id, batches=[batch_dict(b) for b in ledger.list_batches(cfg.name, batches)],
+                        schedule=cfg.airflow.schedule,
+                        trigger=describe_rule(cfg.airflow.trigger) if cfg.airflow.trigger else None)
     st.gaps_24h, st.records_lost_24h = data_lost(ledger, cfg.name)
     rows = ledger.frontier_rows(cfg.name)
     tps = {TopicPartition(r["topic"], r["partition"]): r for r in rows}

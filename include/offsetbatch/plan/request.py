@@ -97,10 +97,11 @@ class RunRequest:
     actor: str | None = None
 
 
-def run_interval(schedule: str, logical_date: datetime | None) -> tuple[datetime, datetime] | None:
+def run_interval(schedule: str | None, logical_date: datetime | None) -> tuple[datetime, datetime] | None:
     """The interval of the cron ``schedule`` (UTC) that contains ``logical_date``: ``[tick, next
-    tick)`` with the latest tick at or before it. ``None`` for a run without a logical date."""
-    if logical_date is None:
+    tick)`` with the latest tick at or before it. ``None`` for a run without a logical date (a
+    lag-triggered run: it reads to the log end), or a pipeline without a schedule."""
+    if logical_date is None or schedule is None:
         return None
     at = logical_date.astimezone(timezone.utc)
     # croniter's get_prev is strictly before its start: start a second after, so a tick at L is L.

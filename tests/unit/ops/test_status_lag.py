@@ -33,3 +33,12 @@ def test_the_table_marks_such_a_partition_and_explains_it():
     console.print(status_table(st))
     text = console.export_text()
     assert "300s*" in text and "* t/0: offset 300 is ..." in text
+
+
+def test_the_table_says_what_starts_the_runs():
+    console = Console(width=250, record=True)
+    rule = "a run starts when 10,000 records wait or the oldest waiting record has waited 2m (polled every 10s)"
+    console.print(status_table(PipelineStatus("p", "offsetbatch_p", schedule="0 * * * *", trigger=rule)))
+    console.print(status_table(PipelineStatus("q", "offsetbatch_q", schedule=None, trigger=rule)))
+    text = " ".join(console.export_text().split())  # the caption wraps at the table's width
+    assert f"runs: schedule 0 * * * *; lag trigger: {rule}" in text and f"runs: no schedule; lag trigger: {rule}" in text
