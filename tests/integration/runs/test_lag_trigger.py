@@ -45,6 +45,47 @@ def _trigger_events(services, uri: str) -> list[dict]:
     return [e["extra"]["payload"] for e in sorted(body["asset_events"], key=lambda e: (e["timestamp"], e["id"]))]
 
 
+def _trigger_event_times(services, uri: str) -> list[str]:
+    status, body = services.rest("GET", f"/api/v2/assets?uri_pattern={uri}")
+    [asset] = [a for a in body["assets"] if a["uri"] == uri]
+    status, body = services.rest("GET", f"/api/v2/assets/events?asset_id={asset['id']}&limit=100")
+    return sorted(e["timestamp"] for e in body["asset_events"])
+
+
+def _write_timeline(services, p, runs: list[dict], events_at: list[str]) -> None:
+    """Where each lag-triggered run's seconds went (issue 42's per-run cost, on this path: real
+    scheduler, LocalExecutor, triggerer, Spark Connect), from Airflow's own records, to
+    tests/artifacts/lag-trigger-timeline.json: the trigger's event, the run's queueing and start,
+    each task's queueing, start and duration; the run's overhead is its wall time less the Spark
+    job's."""
+    import json
+
+    from offsetbatch_dev import PROJECT_ROOT
+
+    def at(stamp: str | None) -> datetime | None:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+    timeline = []
+    for run, event in zip(sorted(runs, key=lambda r: r["queued_at"]), events_at):
+        status, body = services.rest("GET", f"/api/v2/dags/{p.dag_id}/dagRuns/{run['run_id']}/taskInstances")
+        assert status == 200, body
+        tasks = {ti["task_id"]: ti for ti in body["task_instances"]}
+        start, end = at(run["start_date"]), at(run["end_date"])
+        row = {"event": event, "event_to_queued_s": (at(run["queued_at"]) - at(event)).total_seconds(),
+               "queued_to_start_s": (start - at(run["queued_at"])).total_seconds(),
+               "run_wall_s": (end - start).total_seconds()}
+        for task in ("plan", "spark_job", "commit"):
+            ti = tasks[task]
+            row[f"{task}_queued_s"] = (at(ti["start_date"]) - at(ti["queued_when"])).total_seconds() \
+                if ti.get("queued_when") else None
+            row[f"{task}_s"] = ti["duration"]
+        row["overhead_s"] = round(row["run_wall_s"] - (row["spark_job_s"] or 0), 3)
+        timeline.append(row)
+    folder = PROJECT_ROOT / "tests" / "artifacts"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "lag-trigger-timeline.json").write_text(json.dumps(timeline, indent=1))
+
+
 def _wait_for_trigger(services, name: str, timeout_s: float = 120) -> None:
     """Until the triggerer has started the pipeline's watcher (its log names the trigger)."""
     deadline = time.monotonic() + timeout_s
@@ -86,6 +127,7 @@ def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipelin
     assert events[2]["waiting_records"] == 200 and events[2]["oldest_age_s"] >= MAX_DELAY_S, events
     report = p.check()
     assert report.ok, report.summary()
+    _write_timeline(services, p, runs, events_at=_trigger_event_times(services, input_asset_uri(p.name)))
     _quiet_for(services, p.dag_id, polls=4, runs=3)
 
     services.kill_triggerer()
