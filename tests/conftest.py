@@ -12,7 +12,7 @@ import os
 import shutil
 
 import pytest
-from harness import RUNNER, worker_port
+from harness import CONNECT_CONN_ID, RUNNER, worker_port
 
 from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
@@ -30,7 +30,6 @@ TEST_STATE = PROJECT_ROOT / ".local" / "tests" / os.environ.get("PYTEST_XDIST_WO
 TEST_KAFKA_PORT = worker_port(19092)
 TEST_PG_PORT = worker_port(25432)
 TEST_CONNECT_PORT = worker_port(15202)
-CONNECT_CONN_ID = "spark_connect_tests"
 
 # The heaviest modules first: pytest-xdist then hands them out before the light ones, and the two
 # workers finish within a minute of each other. Its own reordering (by number of tests) would leave

@@ -94,6 +94,9 @@ def worker_port(base: int) -> int:
     """``base`` without pytest-xdist or on its first worker, ``base + 1000 * n`` on worker ``gw<n>``:
     each worker runs its own broker, PostgreSQL and Airflow servers (``make test`` runs two)."""
     return base + 1000 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+# The Airflow connection of the suite's shared Spark Connect server (conftest.spark_connect_server),
+# which the pipelines of modules marked ``spark_connect`` run their jobs on.
+CONNECT_CONN_ID = "spark_connect_tests"
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE"
 # Small batches on 2 cores: few shuffle partitions, and only the JVM's quick (C1) compiler, whose
 # code is ready sooner than the optimizing one's for jobs of a few seconds (not a production setting:
@@ -347,10 +350,12 @@ class AirflowServices(AirflowRest):
                 raise RuntimeError(f"port {self.port} is taken (an Airflow API server left by an interrupted test "
                                    f"session? 'pkill -f api_server'); the tests need it free")
         cmds = [["airflow", "api-server", "--host", "127.0.0.1", "--port", str(self.port)]]
+        # Without their log servers: Airflow binds those to every interface, and the API server reads
+        # the task logs from the shared log folder on this machine anyway.
         if self.scheduler:
-            cmds.append(["airflow", "scheduler"])
+            cmds.append(["airflow", "scheduler", "--skip-serve-logs"])
         if self.triggerer:
-            cmds.append(["airflow", "triggerer"])
+            cmds.append(["airflow", "triggerer", "--skip-serve-logs"])
         for cmd in cmds:
             self.procs.append(self._launch(cmd))
         deadline = time.monotonic() + timeout_s
@@ -386,7 +391,7 @@ class AirflowServices(AirflowRest):
         [proc] = [p for p in self.procs if p.args[1] == "triggerer"]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        self.procs[self.procs.index(proc)] = self._launch(["airflow", "triggerer"], again=True)
+        self.procs[self.procs.index(proc)] = self._launch(["airflow", "triggerer", "--skip-serve-logs"], again=True)
 
     def stop(self) -> None:
         import os

@@ -37,8 +37,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 def ui_pipeline(airflow_env, kafka_broker, test_state, spark_connect_server):
     """Two hourly batches, a forward reset (gap rows, reason 'reset'), one more batch after the gap,
     then records left unread so the lag is not zero; its jobs on the suite's Connect server."""
-    from conftest import CONNECT_CONN_ID
-    from harness import Pipeline
+    from harness import CONNECT_CONN_ID, Pipeline
 
     name = "ui_orders"
     root = test_state / "pipelines" / name
