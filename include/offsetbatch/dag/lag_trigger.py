@@ -19,6 +19,8 @@ from typing import Any, AsyncIterator
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from offsetbatch import redact
+
 BACKOFF_MAX_S = 300.0
 
 
@@ -60,7 +62,7 @@ class LagTrigger(BaseEventTrigger):
                     delay = min(delay * 2, BACKOFF_MAX_S)
                     self.log.warning("pipeline %s: lag trigger could not read the waiting records (%s: %s); "
                                      "trying again in %.0f s", reader.name, type(exc).__name__,
-                                     " ".join(str(exc).split())[:500], delay)
+                                     redact.url(" ".join(str(exc).split()))[:500], delay)
                     fired = None
                 if fired is not None:
                     yield TriggerEvent(fired)

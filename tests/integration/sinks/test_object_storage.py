@@ -100,12 +100,7 @@ def test_a_spark_submit_job_on_s3_killed_mid_write_publishes_nothing_and_leaks_n
     assert "Spark-Submit cmd" in first.output
     assert not [o for o in _objects(fs, p.table) if "/_offsetbatch/" not in o], \
         "nothing outside _offsetbatch/: on an object store the data is published in place"
-    crashed = p.run(BASE + H, faults="job.kill_during_write")
-    crashed.assert_failed_with("killing the Spark driver mid-write")
-    assert p.ledger.get_batch(p.name, 2).status == "planned"
-    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1}
-    rerun = p.run(BASE + H, run_after=crashed.run_after)
-    assert rerun.ok, rerun.output[-4000:]
+    _killed_mid_write_then_rerun(p, fs, "driver")
 
     report = _check(p, fs)
     assert report.ok, report.summary()
@@ -118,6 +113,17 @@ def test_a_spark_submit_job_on_s3_killed_mid_write_publishes_nothing_and_leaks_n
         if obj.endswith(".json"):
             with fs.open_input_stream(obj) as f:
                 assert secret.encode() not in f.read(), obj
+
+
+def _killed_mid_write_then_rerun(p, fs, who: str) -> None:
+    """Batch 2's job killed while it writes (``who``: the Spark driver, or the Connect client):
+    nothing of it published, the batch stays planned, and the rerun of the same run finishes it."""
+    crashed = p.run(BASE + H, faults="job.kill_during_write")
+    crashed.assert_failed_with(f"killing the Spark {who} mid-write")
+    assert p.ledger.get_batch(p.name, 2).status == "planned"
+    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1}
+    rerun = p.run(BASE + H, run_after=crashed.run_after)
+    assert rerun.ok, rerun.output[-4000:]
 
 
 def _assert_magic_committer(fs, p) -> None:
@@ -143,12 +149,7 @@ def test_files_sink_on_s3_exactly_once_through_crashes_a_replay_and_a_lost_ledge
 
     # 1. The Spark client (the spark_job task) killed mid-write: nothing of batch 2 published, the
     # rerun writes it once.
-    crashed = p.run(BASE + H, faults="job.kill_during_write")
-    crashed.assert_failed_with("killing the Spark client (the spark_job task) mid-write")
-    assert p.ledger.get_batch(p.name, 2).status == "planned"
-    assert set(verify.object_store_rows(fs, p.table, ["event_id"])) == {1}
-    rerun = p.run(BASE + H, run_after=crashed.run_after)
-    assert rerun.ok, rerun.output[-4000:]
+    _killed_mid_write_then_rerun(p, fs, "client (the spark_job task)")
 
     # 2. The commit task dies after the ledger transaction: committed, not published; rolled forward.
     crashed = p.run(BASE + 2 * H, faults="commit.after_transaction:kill")

@@ -81,7 +81,8 @@ def test_a_broker_or_ledger_that_does_not_answer_is_logged_and_polled_again_neve
 
     from offsetbatch.dag import lag_trigger
 
-    readings = iter([ConnectionError("broker 127.0.0.1:9 refused"), ConnectionError("still refused"),
+    readings = iter([ConnectionError("broker 127.0.0.1:9 refused"),
+                     ConnectionError("ledger postgresql://ob:s3cret@db:5432/ledger refused"),
                      None, {"pipeline": "orders", "reason": "records"}])
 
     def poll(self):
@@ -112,3 +113,4 @@ def test_a_broker_or_ledger_that_does_not_answer_is_logged_and_polled_again_neve
     logged = capsys.readouterr().out  # the trigger's own logger (structlog, as in the triggerer)
     assert logged.count("pipeline orders: lag trigger could not read the waiting records (ConnectionError") == 2
     assert "trying again in 10 s" in logged and "trying again in 20 s" in logged
+    assert "postgresql://ob:***@db:5432/ledger" in logged and "s3cret" not in logged  # a URL's password is kept out
