@@ -109,11 +109,6 @@ def pipeline_dag(config: str | Path):
     return _build(Pipeline.load(path), path)
 
 
-def input_asset_uri(name: str) -> str:
-    """The asset that stands for a pipeline's waiting input: its lag trigger's events land on it."""
-    return f"offsetbatch://pipelines/{name}/input"
-
-
 def _schedule(cfg, cfg_path: str):
     """The cron (a data-interval timetable), the lag trigger's asset, or either of them
     (``AssetOrTimeSchedule``): ``airflow.schedule`` and ``airflow.trigger``."""
@@ -125,11 +120,14 @@ def _schedule(cfg, cfg_path: str):
         return cron
     from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher
 
-    from offsetbatch.dag.lag_trigger import LagTrigger
+    from offsetbatch.dag.lag_trigger import LagTrigger, input_asset_uri
+    from offsetbatch.plan.freshness import describe_rule
 
     uri = input_asset_uri(cfg.name)
     trigger = LagTrigger(config_path=cfg_path, min_records=rule.min_records, max_delay=rule.max_delay, poll=rule.poll)
+    # The asset page shows the rule (its extra) and, on each event, why the trigger fired (the payload).
     waiting = Asset(name=uri, uri=uri, group="offsetbatch-input",
+                    extra={"pipeline": cfg.name, "rule": describe_rule(rule)},
                     watchers=[AssetWatcher(name=f"{cfg.name}_waiting_records", trigger=trigger)])
     return [waiting] if cron is None else AssetOrTimeSchedule(timetable=cron, assets=[waiting])
 

@@ -21,7 +21,9 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from offsetbatch import redact
 
-BACKOFF_MAX_S = 300.0
+# The longest wait between two readings that failed: a broker back after an outage is seen within a
+# minute (minute-level freshness), and a down broker costs one request and one warning a minute.
+BACKOFF_MAX_S = 60.0
 
 
 class LagTrigger(BaseEventTrigger):
@@ -154,6 +156,33 @@ class _Reader:
         self.log.info("pipeline %s: lag trigger fired (%s): %d records wait in %d partition(s)%s", pipeline.name,
                       reason, seen.records, seen.partitions, "" if age is None else f", the oldest for {age:.0f} s")
         return payload
+
+
+def input_asset_uri(name: str) -> str:
+    """The asset that stands for a pipeline's waiting input: the trigger's events land on it."""
+    return f"offsetbatch://pipelines/{name}/input"
+
+
+def fired_by(triggering_events: Any, uri: str) -> dict | None:
+    """Why the lag trigger started this run, from the asset events that queued it (the context's
+    ``triggering_asset_events``): the newest event of the trigger on ``uri``, with when it fired and
+    how many of its events the run took (the scheduler folds firings that queued behind one run into
+    it). None for a run the trigger did not start."""
+    if not triggering_events:
+        return None
+    found = []
+    for asset in list(triggering_events):
+        if getattr(asset, "uri", None) != uri:
+            continue
+        for event in triggering_events[asset]:
+            extra = getattr(event, "extra", None) or {}
+            if extra.get("from_trigger") and isinstance(extra.get("payload"), dict):
+                found.append((getattr(event, "timestamp", None), extra["payload"]))
+    if not found:
+        return None
+    when, payload = max(found, key=lambda f: (f[0] is not None, f[0] or 0))
+    fired = {k: payload.get(k) for k in ("reason", "waiting_records", "partitions", "oldest_age_s", "rule")}
+    return {**fired, "fired_at": when.isoformat() if hasattr(when, "isoformat") else None, "events": len(found)}
 
 
 def _emit_metrics(name: str, records: int, age_s: float | None) -> None:

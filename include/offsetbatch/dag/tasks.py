@@ -51,13 +51,14 @@ def write_spec(pipeline: Pipeline, client: KafkaClientConfig, batch: Batch, sche
 
 def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: datetime | None,
               params: dict | None = None, run_type: str | None = None, actor: str | None = None,
-              airflow_interval: tuple[datetime | None, datetime | None] = (None, None)) -> dict:
+              airflow_interval: tuple[datetime | None, datetime | None] = (None, None),
+              trigger: dict | None = None) -> dict:
     """Plan (or find) this run's batches and write their job specs, or carry out a reset.
 
     The run reads the schedule interval of its logical date (``plan.request.run_interval``), not
     ``airflow_interval``, which Airflow infers differently for manual runs and keeps stale on runs a
     backfill reuses. The trigger parameters are checked before the ledger is opened, so a bad value
-    changes nothing."""
+    changes nothing. ``trigger``: why the lag trigger started the run, kept in the ledger's events."""
     cfg = pipeline.cfg
     interval = run_interval(cfg.airflow.schedule, logical_date) or (None, None)
     if logical_date is not None and tuple(airflow_interval) != interval:
@@ -78,7 +79,8 @@ def plan_step(pipeline: Pipeline, dag_id: str, run_id: str, logical_date: dateti
         schemas = batch_schemas.resolve_all(pipeline) if request.mode != "reset" else None
         with pipeline.ledger(create=ownership.creates_ledger(pipeline.sink)) as ledger:
             return _plan_with(pipeline, ledger, kafka, request, RunInfo(dag_id, run_id, interval[0], interval[1],
-                                                                         request, run_type), interval, schemas)
+                                                                         request, run_type, trigger), interval,
+                               schemas)
 
 
 def _plan_with(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, request: RunRequest, run: RunInfo,

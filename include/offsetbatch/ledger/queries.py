@@ -208,6 +208,17 @@ def event_summary(kind: str, d: dict) -> str:
         return f"{what} planned by run {d.get('run_id')}: {d.get('records') or 0:,} records"
     if kind == "batch_committed":
         return ", ".join(f"{k} {v}" for k, v in d.items() if k in ("rows_in", "rows_out", "rows_rejected")) or "committed"
+    if kind == "run_triggered":
+        return trigger_summary(d)
     if kind == "batch_resumed":
         return f"re-executed unchanged by run {d.get('by_run')}"
     return ", ".join(f"{k}: {v}" for k, v in d.items() if k != "reason")
+
+
+def trigger_summary(d: dict) -> str:
+    """Why the lag trigger fired, in one line: the rule that decided and what it saw."""
+    seen = f"{d.get('waiting_records') or 0:,} records waited in {d.get('partitions') or 0} partition(s)"
+    if d.get("oldest_age_s") is not None:
+        seen += f", the oldest {d['oldest_age_s']:.0f} s"
+    folded = f" ({d['events']} firings in one run)" if (d.get("events") or 1) > 1 else ""
+    return f"lag trigger fired ({d.get('reason') or '?'}): {seen}; run {d.get('run_id')}{folded}"

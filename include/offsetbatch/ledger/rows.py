@@ -22,6 +22,8 @@ MAX_PAGE = 500
 # Per-batch bookkeeping of incremental batches: one or two events per scheduled run. Left out of the
 # audit view by default, so a reset or a replay does not scroll away within a day.
 ROUTINE_EVENTS = ("batch_planned", "batch_committed", "batch_resumed")
+# One per lag-triggered run (why the trigger fired): routine too, whatever the run planned.
+ROUTINE_RUN_EVENTS = ("run_triggered",)
 
 
 def page_rows(conn: sa.Connection, name: str, limit: int, before: int | None = None) -> list[sa.Row]:
@@ -56,6 +58,14 @@ def data_loss(conn: sa.Connection, name: str, since: datetime) -> tuple[int, int
     return n, int(lost or 0)
 
 
+def last_event(conn: sa.Connection, name: str, kind: str) -> sa.Row | None:
+    """The newest event of ``kind`` (its ``at`` and ``detail``), read backwards along the pipeline's
+    events: for a kind written every run (``run_triggered``) the walk is short."""
+    return conn.execute(sa.select(events.c.at, events.c.detail)
+                        .where(events.c.pipeline == name, events.c.kind == kind)
+                        .order_by(events.c.at.desc(), events.c.id.desc()).limit(1)).first()
+
+
 def event_query(name: str, limit: int, routine: bool = False, since: datetime | None = None) -> sa.Select:
     """The newest ``limit`` audit events (``ob_events``), newest first, read backwards along
     ``ix_ob_events_pipeline`` (not before ``since`` if given). Without ``routine``, the bookkeeping
@@ -67,6 +77,7 @@ def event_query(name: str, limit: int, routine: bool = False, since: datetime | 
     if since is not None:
         q = q.where(events.c.at >= since)
     if not routine:
-        q = q.where(sa.or_(events.c.kind.not_in(ROUTINE_EVENTS), batches.c.kind.is_(None),
-                           batches.c.kind != "incremental"))
+        q = q.where(events.c.kind.not_in(ROUTINE_RUN_EVENTS),
+                    sa.or_(events.c.kind.not_in(ROUTINE_EVENTS), batches.c.kind.is_(None),
+                          batches.c.kind != "incremental"))
     return q.order_by(events.c.at.desc(), events.c.id.desc()).limit(limit)

@@ -35,6 +35,10 @@ def _caption(st: PipelineStatus) -> str:
     if st.trigger:
         runs += f"; lag trigger: {st.trigger}"
     lines = [f"runs: {runs}"]
+    if st.trigger:
+        fired = st.last_fired
+        lines += [f"lag trigger last fired {fired['at'][:19].replace('T', ' ')}Z: {escape(fired['summary'])}" if fired
+                  else "lag trigger: has not started a run yet"]
     if not st.gaps_24h:
         lines += ["data lost in the last 24 h: none"]
     else:

@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from offsetbatch.ledger import Ledger
-from offsetbatch.ledger.rows import data_loss
+from offsetbatch.ledger.queries import trigger_summary
+from offsetbatch.ledger.rows import data_loss, last_event
 from offsetbatch.model import Batch, TopicPartition
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.freshness import describe_rule
@@ -43,6 +44,8 @@ class PipelineStatus:
     # what starts its runs: the cron and the lag trigger's rule (airflow.schedule, airflow.trigger)
     schedule: str | None = None
     trigger: str | None = None
+    # when the lag trigger last started a run, and why (its newest ``run_triggered`` event)
+    last_fired: dict | None = None
 
     @property
     def lag_records(self) -> int | None:
@@ -68,6 +71,8 @@ def pipeline_status(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin | None
                         schedule=cfg.airflow.schedule,
                         trigger=describe_rule(cfg.airflow.trigger) if cfg.airflow.trigger else None)
     st.gaps_24h, st.records_lost_24h = data_lost(ledger, cfg.name)
+    if cfg.airflow.trigger is not None:
+        st.last_fired = last_fired(ledger, cfg.name)
     rows = ledger.frontier_rows(cfg.name)
     tps = {TopicPartition(r["topic"], r["partition"]): r for r in rows}
     ends: dict[TopicPartition, int] = {}
@@ -104,6 +109,18 @@ def _time_lag(lag: int | None, stamp_ms: int | None, frontier_row: dict, now_ms:
     return (round(max(now_ms / 1000 - moved.timestamp(), 0), 1),
             f"offset {frontier_row['next_offset']} is stamped {when:%Y-%m-%d %H:%M}Z, in the future; waiting since "
             f"the frontier last moved")
+
+
+def last_fired(ledger: Ledger, name: str) -> dict | None:
+    """When the lag trigger last started a run and why: the detail its run recorded, with ``at``
+    (when the trigger fired, else when the run planned) and a one-line ``summary``."""
+    with ledger.reading() as conn:
+        row = last_event(conn, name, "run_triggered")
+    if row is None:
+        return None
+    detail = dict(row.detail or {})
+    at = row.at if row.at.tzinfo else row.at.replace(tzinfo=timezone.utc)  # SQLite keeps no zone
+    return {**detail, "at": detail.get("fired_at") or at.isoformat(), "summary": trigger_summary(detail)}
 
 
 def data_lost(ledger: Ledger, name: str, hours: int = 24) -> tuple[int, int]:

@@ -40,6 +40,7 @@ class RunInfo:
     data_interval_end: datetime | None = None
     request: RunRequest = field(default_factory=RunRequest)
     run_type: str | None = None  # Airflow's: scheduled, manual, backfill, ... (kept with the batch)
+    trigger: dict | None = None  # why the lag trigger started the run (``dag.lag_trigger.fired_by``)
 
     @property
     def ledger_fields(self) -> dict:
@@ -182,6 +183,8 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
             log.info("pipeline %s batch %d: run %s already planned it (%s); ranges unchanged: %s",
                      name, own.batch_id, run.run_id, own.status, own.describe_ranges())
             return PlanResult(outcome, [own])
+        if run.trigger is not None:  # the status and the UI say when the trigger last fired, and why
+            ledger.event(conn, name, "run_triggered", {**run.trigger, "run_id": run.run_id})
         pending = ledger.pending(conn, name)
         if pending is not None:
             check_batch_readable(name, pending, kafka)

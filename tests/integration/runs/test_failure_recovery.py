@@ -2,11 +2,12 @@
 Invariants 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
 
 Faults are injected with OFFSETBATCH_FAULTS (offsetbatch.faults); the Spark case SIGKILLs the
-driver while its first Parquet files are being written. The crashes around the Spark job run twice:
-with the Spark connection on ``local[2]``, and on a Spark standalone master with one worker (the
-cluster connection, issue 17: executors in their own JVMs write the staged files); nothing else
-differs. The plan and commit tasks' own crashes run once, their jobs on the suite's Spark Connect
-server: where a finished job ran does not change how its commit recovers."""
+driver while its first Parquet files are being written. That crash runs twice: with the Spark
+connection on ``local[2]``, and on a Spark standalone master with one worker (the cluster
+connection, issue 17: executors in their own JVMs write the staged files); nothing else differs.
+The plan and commit tasks' own crashes, and a crash between a finished job and its commit, run
+once, their jobs on the suite's Spark Connect server: where a finished job ran does not change how
+its commit recovers."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def _published(p, batch_id: int) -> bool:
 
 
 class CrashesAroundTheJob:
-    """The crashes whose recovery depends on where the Spark job ran: the driver killed mid-write,
-    and a crash after the job with its staged files left for a later run. Each subclass gives
+    """The crash whose aftermath depends on where the Spark job ran: the driver killed mid-write
+    (its executors die with it, or outlive it for a moment in their own JVMs). Each subclass gives
     ``new_pipeline`` its Spark connection. Two classes, not a parametrized fixture:
     pytest-xdist's ``--dist loadscope`` hands each class to a worker of its own."""
 
@@ -73,26 +74,6 @@ class CrashesAroundTheJob:
         assert report.ok, report.summary()
         assert not Path(layout.attempts(2)).exists(), "the killed attempt's files were cleaned up"
 
-    def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(self, new_pipeline):
-        p = new_pipeline()
-        _committed_first_hour(p)
-        crashed = p.run(BASE + H, faults="commit.before_transaction")
-        crashed.assert_failed_with("injected fault at commit.before_transaction")
-        pending = p.ledger.get_batch(p.name, 2)
-        assert pending.status == "planned" and not _published(p, 2)
-
-        p.produce(500, start=BASE + 2 * H, hours=1)
-        later = p.run(BASE + 2 * H)  # a different Airflow run: executes the pending batch first, unchanged
-        assert later.ok, later.output[-4000:]
-        assert "not committed; run" in later.output
-        done = p.ledger.get_batch(p.name, 2)
-        assert done.status == "committed" and done.ranges == pending.ranges and done.run_id == pending.run_id
-        nxt = p.run(BASE + 2 * H)  # then the next run reads the rest
-        assert nxt.ok, nxt.output[-4000:]
-        report = p.check()
-        assert report.ok, report.summary()
-
-
 class TestOnLocalSpark(CrashesAroundTheJob):
     """The default connections: ``local[2]``, the executors are the driver's threads."""
 
@@ -118,7 +99,8 @@ class TestOnTheStandaloneCluster(CrashesAroundTheJob):
 @pytest.mark.spark_connect
 class TestCrashesOutsideTheJob:
     """The plan and commit tasks' own crashes: the job had finished (or not begun), so where it ran
-    does not change the recovery; the jobs run on the suite's Spark Connect server."""
+    does not change the recovery (a finished job's staged files are files on the table's
+    filesystem, whichever JVM wrote them); the jobs run on the suite's Spark Connect server."""
 
     @pytest.fixture
     def new_pipeline(self, make_pipeline):
@@ -166,5 +148,24 @@ class TestCrashesOutsideTheJob:
         rerun = p.run(BASE + H, run_after=crashed.run_after)
         assert rerun.ok, rerun.output[-4000:]
         assert "was committed but not published; published it now" in rerun.output
+        report = p.check()
+        assert report.ok, report.summary()
+
+    def test_crash_between_job_and_commit_then_a_new_run_finishes_the_pending_batch(self, new_pipeline):
+        p = new_pipeline()
+        _committed_first_hour(p)
+        crashed = p.run(BASE + H, faults="commit.before_transaction")
+        crashed.assert_failed_with("injected fault at commit.before_transaction")
+        pending = p.ledger.get_batch(p.name, 2)
+        assert pending.status == "planned" and not _published(p, 2)
+
+        p.produce(500, start=BASE + 2 * H, hours=1)
+        later = p.run(BASE + 2 * H)  # a different Airflow run: executes the pending batch first, unchanged
+        assert later.ok, later.output[-4000:]
+        assert "not committed; run" in later.output
+        done = p.ledger.get_batch(p.name, 2)
+        assert done.status == "committed" and done.ranges == pending.ranges and done.run_id == pending.run_id
+        nxt = p.run(BASE + 2 * H)  # then the next run reads the rest
+        assert nxt.ok, nxt.output[-4000:]
         report = p.check()
         assert report.ok, report.summary()

@@ -6,12 +6,15 @@ not the sink's (``verify``: pyarrow over the published manifests). No run is tri
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from harness import AirflowServices, worker_port
 
-from offsetbatch.dag.factory import input_asset_uri
+from offsetbatch.dag.lag_trigger import input_asset_uri
+from offsetbatch.ledger.schema import events as ledger_events
+from offsetbatch.ops.status import pipeline_status
+from offsetbatch.pipeline import Pipeline
 from offsetbatch_dev.sample.producer import ensure_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
@@ -86,6 +89,30 @@ def _write_timeline(services, p, runs: list[dict], events_at: list[str]) -> None
     (folder / "lag-trigger-timeline.json").write_text(json.dumps(timeline, indent=1))
 
 
+def _fired(p) -> list[dict]:
+    """The ``run_triggered`` events the pipeline's runs wrote to the ledger, oldest first."""
+    with p.ledger.reading() as conn:
+        rows = conn.execute(ledger_events.select().where(ledger_events.c.pipeline == p.name,
+                                                         ledger_events.c.kind == "run_triggered")
+                            .order_by(ledger_events.c.id)).all()
+    return [r.detail for r in rows]
+
+
+def _watched(make_pipeline, services, suffix: str = "", **overrides):
+    """A trigger-only pipeline (count 300, delay 15 s, poll 2 s) whose watcher the triggerer runs."""
+    p = make_pipeline(suffix, airflow={"schedule": None, "retries": 0, **overrides.pop("airflow", {}),
+                                       "trigger": {"min_records": 300, "max_delay": f"{MAX_DELAY_S}s",
+                                                   "poll": f"{POLL_S}s"}}, **overrides)
+    ensure_topic(p.bootstrap, p.topic, 2)
+    p.register()
+    services.airflow("dags", "unpause", p.dag_id)
+    # Airflow registers an asset's watchers only for an active, unpaused DAG, when it is parsed: the
+    # dag-processor's next parse, here a reserialize.
+    services.airflow("dags", "reserialize")
+    _wait_for_trigger(services, p.name)
+    return p
+
+
 def _wait_for_trigger(services, name: str, timeout_s: float = 120) -> None:
     """Until the triggerer has started the pipeline's watcher (its log names the trigger)."""
     deadline = time.monotonic() + timeout_s
@@ -103,16 +130,7 @@ def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipelin
     next, and the last 200 (under the count) wait for the delay rule (15 s): three runs, each
     asset-triggered, every record once. Then nothing more runs while nothing waits. The triggerer
     killed (SIGKILL) and started again: the next records still land once."""
-    p = make_pipeline(airflow={"schedule": None, "retries": 0,
-                               "trigger": {"min_records": 300, "max_delay": f"{MAX_DELAY_S}s", "poll": f"{POLL_S}s"}},
-                      caps={"max_records_per_batch": 400})
-    ensure_topic(p.bootstrap, p.topic, 2)
-    p.register()
-    services.airflow("dags", "unpause", p.dag_id)
-    # Airflow registers an asset's watchers only for an active, unpaused DAG, when it is parsed: the
-    # dag-processor's next parse, here a reserialize.
-    p.register()
-    _wait_for_trigger(services, p.name)
+    p = _watched(make_pipeline, services, caps={"max_records_per_batch": 400})
     _quiet_for(services, p.dag_id, polls=4, runs=0)
 
     now = datetime.now(timezone.utc)
@@ -127,6 +145,12 @@ def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipelin
     assert events[2]["waiting_records"] == 200 and events[2]["oldest_age_s"] >= MAX_DELAY_S, events
     report = p.check()
     assert report.ok, report.summary()
+    # each run kept why the trigger started it; status shows the newest (issue 42: freshness visible)
+    fired = _fired(p)
+    assert [(f["run_id"], f["reason"]) for f in fired] == \
+        [(r["run_id"], e["reason"]) for r, e in zip(sorted(runs, key=lambda r: r["queued_at"]), events)]
+    last = pipeline_status(Pipeline.load(p.config_path), p.ledger, None).last_fired
+    assert (last["run_id"], last["reason"]) == (fired[-1]["run_id"], "delay")
     _write_timeline(services, p, runs, events_at=_trigger_event_times(services, input_asset_uri(p.name)))
     _quiet_for(services, p.dag_id, polls=4, runs=3)
 
@@ -137,3 +161,67 @@ def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipelin
     report = p.check()
     assert report.ok, report.summary()
     assert sum(b.records for b in p.ledger.list_batches(p.name)) == 1350
+
+
+def test_a_broker_stopped_for_a_minute_fails_no_run_and_the_waiting_records_land_after(make_pipeline, services,
+                                                                                      kafka_broker):
+    """Records wait (under the count), then the broker stops for 60 s: the trigger cannot read, says
+    so in the triggerer's log and backs off, starts nothing and fails nothing. The broker back, the
+    records that waited through the outage are past the delay rule: one run lands them once."""
+    p = _watched(make_pipeline, services)
+    p.produce(120, start=datetime.now(timezone.utc), hours=1, partitions=2, malformed_fraction=0.0)
+    kafka_broker.stop(hard=True)
+    try:
+        time.sleep(60)  # the outage itself: what is under test is the trigger through it
+        assert services.runs(p.dag_id) == [], "no run starts while the broker is down"
+        warned = [line for line in services.log("triggerer").splitlines()
+                  if f"pipeline {p.name}: lag trigger could not read the waiting records" in line]
+        assert len(warned) >= 2, services.log("triggerer")[-3000:]  # it kept trying, not once and gave up
+        assert "trying again in" in warned[-1]
+    finally:
+        kafka_broker.start()
+    runs = services.wait_for_runs(p.dag_id, 1, timeout_s=300)
+    assert [(r["run_type"], r["state"]) for r in runs] == [("asset_triggered", "success")], runs
+    [fired] = _fired(p)
+    assert (fired["reason"], fired["waiting_records"]) == ("delay", 120), fired
+    assert fired["oldest_age_s"] >= MAX_DELAY_S, fired
+    report = p.check()
+    assert report.ok, report.summary()
+
+
+def test_an_hourly_run_and_a_lag_triggered_run_at_one_moment_read_the_records_once(make_pipeline, services):
+    """The cron and the trigger both want the same records: the pipeline's pool is closed, the
+    scheduler creates the hourly run of the last full hour (its data interval holds the records)
+    and the trigger fires on the same records while that run waits. Airflow holds the trigger's
+    event while the DAG is at ``max_active_runs`` (1); the pool opened, the hourly run reads every
+    record in one batch, then the asset-triggered run starts and finds nothing left. Both succeed,
+    and the trigger does not fire again."""
+    hour = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    p = make_pipeline(airflow={"schedule": "0 * * * *", "catchup": False, "start_date": hour.isoformat(),
+                               "retries": 0, "trigger": {"min_records": 300, "max_delay": f"{MAX_DELAY_S}s",
+                                                         "poll": f"{POLL_S}s"}})
+    ensure_topic(p.bootstrap, p.topic, 2)
+    p.register()
+    services.airflow("pools", "set", p.cfg.pool, "0", "closed: both runs must be queued before either reads")
+    p.produce(500, start=hour, hours=1, partitions=2, malformed_fraction=0.0)
+    services.airflow("dags", "unpause", p.dag_id)  # the scheduler creates the hourly run at once (no catch-up)
+    services.airflow("dags", "reserialize")  # and registers the watcher
+    _wait_for_trigger(services, p.name)
+    deadline = time.monotonic() + 120
+    while not _trigger_event_times(services, input_asset_uri(p.name)):
+        assert time.monotonic() < deadline, services.log("triggerer")[-3000:]
+        time.sleep(1)  # polling the REST API for the trigger's event
+    [hourly] = services.runs(p.dag_id)  # the trigger's run is held back: the hourly one holds the DAG's slot
+    assert (hourly["run_type"], hourly["state"]) in {("scheduled", "queued"), ("scheduled", "running")}, hourly
+    services.airflow("pools", "set", p.cfg.pool, "1", f"offsetbatch pipeline {p.name}")
+
+    runs = services.wait_for_runs(p.dag_id, 2, timeout_s=300)
+    assert sorted((r["run_type"], r["state"]) for r in runs) == [("asset_triggered", "success"),
+                                                                 ("scheduled", "success")], runs
+    [batch] = p.ledger.list_batches(p.name)
+    assert (batch.status, batch.records) == ("committed", 500)
+    [fired] = _fired(p)
+    assert fired["run_id"] == next(r["run_id"] for r in runs if r["run_type"] == "asset_triggered")
+    report = p.check()
+    assert report.ok, report.summary()
+    _quiet_for(services, p.dag_id, polls=4, runs=2)  # the frontier moved past every record: no new firing

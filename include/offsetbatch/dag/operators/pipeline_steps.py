@@ -52,6 +52,7 @@ class CommitOperator(BatchLineage, BaseOperator):
 
 def run_plan(cfg_path: str, ctx: Any) -> dict:
     """The plan task: the trigger's keys as the user sent them, then ``tasks.plan_step``."""
+    from offsetbatch.dag.lag_trigger import fired_by, input_asset_uri
     from offsetbatch.dag.retry_policy import fail_without_retry
     from offsetbatch.dag.tasks import plan_step
 
@@ -62,7 +63,8 @@ def run_plan(cfg_path: str, ctx: Any) -> dict:
         return plan_step(pipeline, ctx["dag"].dag_id, ctx["run_id"], ctx.get("logical_date"),
                          params=dict(ctx["params"]), run_type=getattr(dag_run.run_type, "value", dag_run.run_type),
                          actor=getattr(dag_run, "triggering_user_name", None) or "airflow",
-                         airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")))
+                         airflow_interval=(ctx.get("data_interval_start"), ctx.get("data_interval_end")),
+                         trigger=fired_by(ctx.get("triggering_asset_events"), input_asset_uri(pipeline.name)))
 
 
 def run_commit(cfg_path: str, asset: Any, planned: dict, ctx: Any) -> dict:

@@ -11,7 +11,10 @@
    registry, resolved as the plan task does), per repetition and size, interleaved: the raw read,
    the job, a Structured Streaming peer calling ``from_avro`` (``peers/``, no project code) and the
    floor: a ``spark.read`` batch that only decodes and writes, with the job's Spark settings;
-6. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
+6. ``freshness``: per-record latency under the lag trigger at a steady 2,000 and 200 records/s,
+   10 min each, files and Iceberg sinks, on the real scheduler, triggerer and Spark Connect
+   (``freshness``, a section of its own);
+7. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
    and docs/benchmarks.png.
 
 It refuses to start on a busy machine (``quiet``) unless ``--allow-load``, and flags any
@@ -43,7 +46,7 @@ from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
-PHASES = ("throughput", "dag", "cost", "avro")
+PHASES = ("throughput", "dag", "cost", "avro", "freshness")
 Samples = dict[int, dict[str, list[throughput.Sample]]]  # by size, by measurement: one per repetition
 CONNECT_CONN = "spark_connect_bench"
 
@@ -229,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
 
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
+    if "freshness" in phases:  # its own services and producer; it writes its own section
+        from offsetbatch_dev.bench import freshness
+
+        freshness.main(["--docs", str(docs)] + (["--allow-load"] if args.allow_load else []))
     png = None
     if "throughput" in phases:
         report.chart(datasets, samples, docs / "benchmarks.png")
