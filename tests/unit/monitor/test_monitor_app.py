@@ -94,3 +94,24 @@ def test_a_dag_the_user_may_not_read_is_a_403(client, monkeypatch):
     r = client.get("/api/runs/offsetbatch_orders/run_1")
     assert r.status_code == 403 and r.json() == {"detail": "you may not read runs of DAG offsetbatch_orders"}
     assert client.get("/api/pipelines").json() == {"pipelines": [], "errors": []}
+
+
+def test_the_pipeline_page_says_what_starts_the_runs_and_when_the_lag_trigger_last_fired(client):
+    """The rule and the newest ``run_triggered`` event (what a lag-triggered run's plan writes)."""
+    from offsetbatch.ledger import Ledger
+
+    config = client.folder / "orders.yaml"
+    assert "trigger" not in client.get("/pipelines/orders").text.split('id="runs"')[1].split("</p>")[0]
+    config.write_text(config.read_text() + "airflow: {schedule: null, trigger: {min_records: 500, poll: 5s}}\n")
+    runs = client.get("/pipelines/orders").text.split('id="runs"')[1].split("</p>")[0]
+    assert "no schedule" in runs and "a run starts when 500 records wait" in runs
+    assert "it has not started a run yet" in runs
+    with Ledger(f"sqlite:///{client.folder.parent}/ledger.db") as led, led.lock("orders") as conn:
+        led.event(conn, "orders", "run_triggered", {"reason": "records", "waiting_records": 812, "partitions": 1,
+                                                     "oldest_age_s": None, "fired_at": "2026-11-26T12:00:05+00:00",
+                                                     "events": 1, "run_id": "asset_triggered__x"})
+    runs = client.get("/pipelines/orders").text.split('id="runs"')[1].split("</p>")[0]
+    assert 'data-field="last_fired" data-value="2026-11-26T12:00:05+00:00">2026-11-26 12:00:05<' in runs
+    assert 'data-value="records">lag trigger fired (records): 812 records waited in 1 partition(s); ' \
+           "run asset_triggered__x<" in runs
+    assert client.get("/api/pipelines/orders").json()["status"]["last_fired"]["run_id"] == "asset_triggered__x"
