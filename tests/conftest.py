@@ -37,7 +37,7 @@ TEST_CONNECT_PORT = worker_port(15202)
 # modules' own runs after the changes of 2026-11-27 (seconds of a module's slowest tests on a
 # worker): cluster_runs 500, backfill about 440, lag_trigger 400 (its broker outage alone is a
 # minute), object_storage 400, secure_kafka 340, pipeline_runs 290, avro_pipeline 220,
-# failure_recovery 105 + 110 + 75 (its three classes, each a scope of its own), ui_plugin 150, the
+# failure_recovery 110 + 75 (its two classes, each a scope of its own), ui_plugin 150, the
 # rest under 150. The two modules that start a Spark standalone cluster are kept apart in the order.
 HEAVIEST_FIRST = (
     "test_backfill.py", "test_cluster_runs.py", "test_lag_trigger.py", "test_object_storage.py",

@@ -21,9 +21,9 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from offsetbatch import redact
 
-# The longest wait between two readings that failed: a broker back after an outage is seen within a
-# minute (minute-level freshness), and a down broker costs one request and one warning a minute.
-BACKOFF_MAX_S = 60.0
+# The longest wait between two readings that failed: a broker back after an outage is seen within
+# 30 s (minute-level freshness), and a down broker costs one request and one warning per 30 s.
+BACKOFF_MAX_S = 30.0
 
 
 class LagTrigger(BaseEventTrigger):

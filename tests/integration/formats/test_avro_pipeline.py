@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow.dataset as pads
 import pytest
@@ -21,6 +22,7 @@ from harness import avro_pipeline, produce_avro, set_reader_version
 from schema_registry_server import SchemaRegistryServer
 
 from offsetbatch.ledger.schema import events
+from offsetbatch.sinks.files import TableLayout
 from offsetbatch_dev.sample.avro_events import EVENT_V1, EVENT_V2, AvroEvents, referrer_of
 from offsetbatch_dev.sample.producer import produce
 
@@ -51,11 +53,17 @@ def test_avro_batch_survives_crashes_then_a_replay_writes_the_new_reader_shape(m
 
         killed = p.run(BASE, faults="job.kill_during_write")
         killed.assert_failed_with("killing the Spark driver mid-write")
+        # spark-submit on local[2]: the executors are the driver's threads and die with it, mid-write;
+        # their partial files stay in the attempt's staging folder, where no reader looks
+        layout = TableLayout(p.table)
+        assert list(Path(layout.attempts(1)).rglob("part-*")), "the killed attempt left partial files"
+        assert not list(Path(layout.attempts(1)).rglob("_manifest.json")) and not Path(layout.data(1)).exists()
         in_commit = p.run(BASE, run_after=killed.run_after, faults="commit.in_transaction")
         in_commit.assert_failed_with("injected fault at commit.in_transaction")
         assert p.ledger.get_batch(p.name, 1).status == "planned"
         done = p.run(BASE, run_after=killed.run_after)
         assert done.ok, done.output[-4000:]
+        assert not Path(layout.attempts(1)).exists(), "the killed attempts' files were cleaned up"
         report = p.check()
         assert report.ok and report.rejected_expected > 0, report.summary()
 

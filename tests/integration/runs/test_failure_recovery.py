@@ -2,9 +2,9 @@
 Invariants 4), and no output of an uncommitted batch visible meanwhile (invariant 5).
 
 Faults are injected with OFFSETBATCH_FAULTS (offsetbatch.faults); the Spark case SIGKILLs the
-driver while its first Parquet files are being written. That crash runs twice: with the Spark
-connection on ``local[2]``, and on a Spark standalone master with one worker (the cluster
-connection, issue 17: executors in their own JVMs write the staged files); nothing else differs.
+driver while its first Parquet files are being written, here on a Spark standalone master with one
+worker (the cluster connection, issue 17: executors in their own JVMs write the staged files); on
+``local[2]`` the same kill is part of test_avro_pipeline's and test_secure_kafka's crash suites.
 The plan and commit tasks' own crashes, and a crash between a finished job and its commit, run
 once, their jobs on the suite's Spark Connect server: where a finished job ran does not change how
 its commit recovers."""
@@ -35,16 +35,16 @@ def _published(p, batch_id: int) -> bool:
     return Path(TableLayout(p.table).data(batch_id)).exists()
 
 
-class CrashesAroundTheJob:
-    """The crash whose aftermath depends on where the Spark job ran: the driver killed mid-write
-    (its executors die with it, or outlive it for a moment in their own JVMs). Each subclass gives
-    ``new_pipeline`` its Spark connection. Two classes, not a parametrized fixture:
-    pytest-xdist's ``--dist loadscope`` hands each class to a worker of its own."""
+class TestOnTheStandaloneCluster:
+    """The crash whose aftermath depends on where the Spark job ran: the driver killed mid-write,
+    here with the Spark connection on the standalone master with one worker (issue 17): executors
+    in their own JVMs write the staged files, and outlive the driver for a moment. The broker stays
+    the suite's (three brokers under failures are test_cluster_runs'). On ``local[2]`` (executors
+    die with the driver, partial files stay) the same kill runs in test_avro_pipeline and
+    test_secure_kafka, and on S3 in test_object_storage."""
 
-    SPARK: str
-
-    def test_spark_driver_killed_mid_write_then_rerun(self, new_pipeline, spark):
-        p = new_pipeline()
+    def test_spark_driver_killed_mid_write_then_rerun(self, make_pipeline, spark_standalone, spark):
+        p = cluster_pipeline(make_pipeline, spark_standalone)
         _committed_first_hour(p)
         committed_ids = {r.event_id for r in FilesSink.at(p.table).read_committed(spark).select("event_id").collect()}
         crashed = p.run(BASE + H, faults="job.kill_during_write")
@@ -54,12 +54,8 @@ class CrashesAroundTheJob:
         crashed.assert_failed_with("the Spark job failed (spark-submit was killed by signal 9 (SIGKILL))")
         crashed.assert_failed_with("the next run (or a retry of this task) re-executes batch(es) 2 unchanged")
         layout = TableLayout(p.table)
-        partial = list(Path(layout.attempts(2)).rglob("part-*"))
-        if self.SPARK == "local":
-            # local[2]: the executors are the driver's threads and die with it, mid-write
-            assert partial, "the killed attempt left partial files in its staging folder"
-        # On a cluster the executor JVM outlives the driver for a moment and may abort its task, which
-        # deletes the task's temporary files (seen once in CI): partial files or none, what follows holds.
+        # The executor JVM outlives the driver for a moment and may abort its task, which deletes the
+        # task's temporary files (seen once in CI): partial files or none, what follows holds.
         assert not list(Path(layout.attempts(2)).rglob("_manifest.json"))
         assert p.ledger.get_batch(p.name, 2).status == "planned"
         assert not _published(p, 2)
@@ -73,27 +69,6 @@ class CrashesAroundTheJob:
         report = p.check()
         assert report.ok, report.summary()
         assert not Path(layout.attempts(2)).exists(), "the killed attempt's files were cleaned up"
-
-class TestOnLocalSpark(CrashesAroundTheJob):
-    """The default connections: ``local[2]``, the executors are the driver's threads."""
-
-    SPARK = "local"
-
-    @pytest.fixture
-    def new_pipeline(self, make_pipeline):
-        return make_pipeline
-
-
-class TestOnTheStandaloneCluster(CrashesAroundTheJob):
-    """The Spark connection on the standalone master with one worker (issue 17): executors in their
-    own JVMs write the staged files. The broker stays the suite's (three brokers under failures are
-    test_cluster_runs')."""
-
-    SPARK = "cluster"
-
-    @pytest.fixture
-    def new_pipeline(self, make_pipeline, spark_standalone):
-        return lambda: cluster_pipeline(make_pipeline, spark_standalone)
 
 
 @pytest.mark.spark_connect

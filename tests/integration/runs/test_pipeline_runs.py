@@ -60,6 +60,7 @@ def _asset_events(p) -> list[tuple[str, list[str]]]:
     return out
 
 
+@pytest.mark.spark_connect  # the claim is the plan's (a committed run is skipped): its jobs on the suite's Connect server
 def test_clearing_a_committed_run_changes_nothing(make_pipeline):
     p = make_pipeline()
     p.produce(1200, start=BASE, hours=2)
