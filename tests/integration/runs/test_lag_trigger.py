@@ -219,7 +219,7 @@ def test_an_hourly_run_and_a_lag_triggered_run_at_one_moment_read_the_records_on
     assert sorted((r["run_type"], r["state"]) for r in runs) == [("asset_triggered", "success"),
                                                                  ("scheduled", "success")], runs
     [batch] = p.ledger.list_batches(p.name)
-    assert (batch.status, batch.records) == ("committed", 500)
+    assert (batch.status, batch.records, batch.run_id) == ("committed", 500, hourly["run_id"])  # the hourly run read
     [fired] = _fired(p)
     assert fired["run_id"] == next(r["run_id"] for r in runs if r["run_type"] == "asset_triggered")
     report = p.check()
