@@ -24,6 +24,7 @@ import time
 from rich.console import Console
 
 from offsetbatch.paths import local_dir
+from offsetbatch.sinks.files import TableLayout
 
 from offsetbatch_dev.bench import throughput
 from offsetbatch_dev.bench.dataset import ensure_dataset
@@ -72,8 +73,6 @@ def main(argv: list[str] | None = None) -> int:
             table = work / f"table-{rep}"
             shutil.rmtree(table, ignore_errors=True)
             spec = throughput.job_spec(ds, broker.bootstrap, str(table))
-            from offsetbatch.sinks.files import TableLayout
-
             uri = TableLayout(str(table)).spec(1)
             spec.save(uri)
             profiler = cProfile.Profile() if args.profile and rep == args.repeat - 1 else None
