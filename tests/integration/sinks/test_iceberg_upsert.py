@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo
@@ -50,7 +51,8 @@ def _model(batches: dict[int, list[tuple]]) -> dict[int, tuple]:
 
 
 class Tables:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, partitions: tuple = ()):
+        self.partitions = partitions  # sink.partition_by, as (transform, column)
         self.catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/wh")
         self.catalog.create_namespace("cdc")
         self.location = f"file://{tmp_path}/wh/cdc/accounts"
@@ -69,7 +71,7 @@ class Tables:
         self.published[output_id] = changes
 
     def refresh(self) -> upsert.Refreshed:
-        return upsert.refresh(self.catalog, CHANGES, VIEW, RULE, "pipeline accounts", self.location)
+        return upsert.refresh(self.catalog, CHANGES, VIEW, RULE, "pipeline accounts", self.location, self.partitions)
 
     def view(self) -> dict[int, tuple]:
         rows = self.catalog.load_table(VIEW).scan().to_arrow().to_pylist()
@@ -82,7 +84,11 @@ def tables(tmp_path):
     return Tables(tmp_path)
 
 
-def test_each_batch_then_replays_in_every_order_leave_the_model(tables):
+@pytest.mark.parametrize("partitions", [(), (("identity", "kafka_partition"),)], ids=["unpartitioned", "partitioned"])
+def test_each_batch_then_replays_in_every_order_leave_the_model(tmp_path, partitions):
+    """Partitioned (``sink.partition_by``) like the changes table, a key's row moves between
+    partitions as its newest change does (key 1: partition 0, then 1)."""
+    tables = Tables(tmp_path, partitions)
     for output_id, changes in BATCHES.items():
         tables.publish(output_id, changes)
         tables.refresh()
@@ -94,6 +100,14 @@ def test_each_batch_then_replays_in_every_order_leave_the_model(tables):
             tables.publish(output_id, BATCHES[output_id])
             tables.refresh()
             assert tables.view() == first_pass, order  # a replay moves no key back in time
+    view = tables.catalog.load_table(VIEW)
+    assert [(f.name, str(f.transform)) for f in view.spec().fields] == \
+        [(column, transform) for transform, column in partitions]
+    if partitions:  # each file holds one partition's rows, and says which
+        for task in view.scan().plan_files():
+            with view.io.new_input(task.file.file_path).open() as f:
+                values = set(pq.read_table(f, columns=["kafka_partition"]).column(0).to_pylist())
+            assert values == {task.file.partition[0]}, (task.file.file_path, values)
 
 
 def test_a_replay_with_a_changed_output_returns_a_missing_key_to_its_previous_change(tables):

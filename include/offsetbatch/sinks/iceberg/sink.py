@@ -221,7 +221,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         ident = self.settings.identifier
         upsert.refresh(catalog, self.settings.marked_identifier, ident, rule,
                        self.where(batch_id, f"Iceberg table {'.'.join(ident)}"),
-                       f"{warehouse_uri(self.settings.warehouse)}/{ident[0]}/{ident[1]}")
+                       f"{warehouse_uri(self.settings.warehouse)}/{ident[0]}/{ident[1]}", self.settings.partitions)
         faults.checkpoint(AFTER_UPSERT)
 
     def retire(self, output_id: int) -> None:

@@ -178,9 +178,10 @@ def _refuse_nulls(rows: "pa.Table", columns: Sequence[str], where: str) -> None:
 
 
 def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str], rule: UpsertRule, where: str,
-            location: str) -> Refreshed:
+            location: str, partitions: Sequence[tuple[str, str]] = ()) -> Refreshed:
     """Bring the upserted table to the changes table's current snapshot (module docstring);
-    ``location``: a new upserted table's."""
+    ``location`` and ``partitions`` (``sink.partition_by``): a new upserted table's, which is
+    partitioned as the changes table is, so that readers prune it the same way."""
     import pyarrow.compute as pc
     from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.table.upsert_util import create_match_filter
@@ -205,7 +206,10 @@ def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str]
         live = newest
     props = {CHANGES_SNAPSHOT: str(current.snapshot_id)}
     if view is None:
+        from offsetbatch.sinks.iceberg.schema import partition_spec
+
         tx = catalog.create_table_transaction(view_ident, schema=changes.schema(), location=location)
+        partition_spec(tx, list(partitions))
     else:
         tx = view.transaction()
         with tx.update_schema() as update:
