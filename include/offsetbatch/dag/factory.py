@@ -124,7 +124,9 @@ def _schedule(cfg, cfg_path: str):
     from offsetbatch.plan.freshness import describe_rule
 
     uri = input_asset_uri(cfg.name)
-    trigger = LagTrigger(config_path=cfg_path, min_records=rule.min_records, max_delay=rule.max_delay, poll=rule.poll)
+    # Pipelines on one Kafka connection share the trigger's poll of the cluster (``LagTrigger``).
+    trigger = LagTrigger(config_path=cfg_path, min_records=rule.min_records, max_delay=rule.max_delay, poll=rule.poll,
+                         kafka_conn_id=cfg.kafka.conn_id, isolation_level=cfg.kafka.isolation_level)
     # The asset page shows the rule (its extra) and, on each event, why the trigger fired (the payload).
     waiting = Asset(name=uri, uri=uri, group="offsetbatch-input",
                     extra={"pipeline": cfg.name, "rule": describe_rule(rule)},

@@ -12,7 +12,9 @@ decision; the watch only says when one is worth starting.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,7 +23,7 @@ from offsetbatch.model import TopicPartition
 if TYPE_CHECKING:
     from offsetbatch.config import LagTriggerSettings, PipelineConfig
     from offsetbatch.ledger import Ledger
-    from offsetbatch.source.admin import KafkaAdmin
+    from offsetbatch.source.admin import KafkaAdmin, PartitionOffsets
 
 # A firing whose run never moved the frontier (the run failed, the DAG was paused, the event was
 # lost with a triggerer) is repeated after this long, or twice the rule's max_delay if longer.
@@ -66,10 +68,21 @@ def waiting(cfg: "PipelineConfig", ledger: "Ledger | None", kafka: "KafkaAdmin")
     from where the pipeline's first run would start (``starting_policy``: its earliest record, or
     none for 'latest'; a timestamp policy counts from the earliest, which can only start a run
     sooner). ``ledger`` is None while the pipeline has none (before its first run)."""
-    rows = {TopicPartition(r["topic"], r["partition"]): r["next_offset"]
-            for r in (ledger.frontier_rows(cfg.name) if ledger is not None else [])}
+    rows = frontier(cfg, ledger)
     tps = set(kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)) | set(rows)
-    offsets = kafka.offsets(sorted(tps)) if tps else {}
+    return waiting_at(cfg, rows, kafka.offsets(sorted(tps)) if tps else {})
+
+
+def frontier(cfg: "PipelineConfig", ledger: "Ledger | None") -> dict[TopicPartition, int]:
+    """The ledger's next offset per tracked partition (none before the pipeline's first run)."""
+    return {TopicPartition(r["topic"], r["partition"]): r["next_offset"]
+            for r in (ledger.frontier_rows(cfg.name) if ledger is not None else [])}
+
+
+def waiting_at(cfg: "PipelineConfig", rows: dict[TopicPartition, int],
+               offsets: "dict[TopicPartition, PartitionOffsets]") -> Waiting:
+    """``waiting`` from the frontier ``rows`` and the partitions' offsets, read elsewhere (by this
+    pipeline's own poll, or by the poll it shares with the other pipelines on its cluster)."""
     positions: dict[TopicPartition, int] = {}
     for tp, po in offsets.items():
         if tp in rows:
@@ -79,6 +92,33 @@ def waiting(cfg: "PipelineConfig", ledger: "Ledger | None", kafka: "KafkaAdmin")
     starts = {tp: at for tp, at in positions.items() if offsets[tp].latest > at}
     total = sum(offsets[tp].latest - at for tp, at in starts.items())
     return Waiting(total, starts, tuple(sorted((tp.topic, tp.partition, at) for tp, at in positions.items())))
+
+
+@dataclass(frozen=True)
+class Interest:
+    """The topics a pipeline reads (named, or by pattern) and the ones its ledger tracks: what a
+    poll shared by several pipelines must cover for this one."""
+
+    topics: frozenset[str]
+    patterns: frozenset[str]
+
+    @classmethod
+    def of(cls, cfg: "PipelineConfig", rows: dict[TopicPartition, int]) -> "Interest":
+        return cls(frozenset(cfg.kafka.topics or ()) | {tp.topic for tp in rows},
+                   frozenset([cfg.kafka.pattern] if cfg.kafka.pattern else []))
+
+    def covers(self, tp: TopicPartition) -> bool:
+        return tp.topic in self.topics or (not tp.topic.startswith("__") and any(
+            re.fullmatch(p, tp.topic) for p in self.patterns))
+
+    def within(self, other: "Interest") -> bool:
+        return self.topics <= other.topics and self.patterns <= other.patterns
+
+    @staticmethod
+    def union(interests: "Iterable[Interest]") -> "Interest":
+        interests = list(interests)
+        return Interest(frozenset().union(*(i.topics for i in interests)),
+                        frozenset().union(*(i.patterns for i in interests)))
 
 
 def oldest_age(kafka: "KafkaAdmin", starts: dict[TopicPartition, int], now_ms: float,

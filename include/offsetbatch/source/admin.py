@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kafka import TopicPartition as KafkaTP
@@ -82,8 +83,7 @@ class KafkaAdmin:
         """Partitions of the named topics (missing topics are simply absent) or of every
         non-internal topic matching ``pattern`` (full match). ``needs``: the ACLs a denial names."""
         if pattern is not None:
-            rx = re.compile(pattern)
-            topics = [t for t in self.admin.list_topics() if not t.startswith("__") and rx.fullmatch(t)]
+            topics = sorted(self.topics_matching([pattern]))
         if not topics:
             return set()
         found: set[TopicPartition] = set()
@@ -99,6 +99,13 @@ class KafkaAdmin:
             for p in desc["partitions"]:
                 found.add(TopicPartition(desc["name"], p["partition_index"]))
         return found
+
+    def topics_matching(self, patterns: Iterable[str]) -> set[str]:
+        """The non-internal topics whose name fully matches any of ``patterns`` (one metadata request)."""
+        rxs = [re.compile(p) for p in patterns]
+        if not rxs:
+            return set()
+        return {t for t in self.admin.list_topics() if not t.startswith("__") and any(rx.fullmatch(t) for rx in rxs)}
 
     def _list(self, specs: dict[KafkaTP, object]) -> dict[TopicPartition, int]:
         return {tp: v.offset for tp, v in self._list_with_timestamps(specs).items()}

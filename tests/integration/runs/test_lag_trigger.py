@@ -16,6 +16,7 @@ from offsetbatch.ledger.schema import events as ledger_events
 from offsetbatch.ops.status import pipeline_status
 from offsetbatch.pipeline import Pipeline
 from offsetbatch_dev.sample.producer import ensure_topic
+from offsetbatch_dev.stack.otlp_receiver import OtlpMetricsReceiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]  # Spark jobs on the suite's Connect server
 POLL_S = 2
@@ -23,9 +24,19 @@ MAX_DELAY_S = 15
 
 
 @pytest.fixture(scope="module")
-def services(airflow_env, test_state):
-    """API server, scheduler and triggerer: the path a lag-triggered run takes in production."""
-    s = AirflowServices(airflow_env, test_state / "airflow-lag", port=worker_port(18083), triggerer=True)
+def metrics():
+    """Where Airflow's metrics go: an OpenTelemetry (OTLP/HTTP) receiver, as a collector would be."""
+    receiver = OtlpMetricsReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="module")
+def services(airflow_env, test_state, metrics):
+    """API server, scheduler and triggerer: the path a lag-triggered run takes in production, with
+    Airflow's metrics on (OpenTelemetry, to ``metrics``)."""
+    s = AirflowServices(airflow_env, test_state / "airflow-lag", port=worker_port(18083), triggerer=True,
+                        extra_env=metrics.env())
     s.start()
     yield s
     s.stop()
@@ -124,13 +135,26 @@ def _wait_for_trigger(services, name: str, timeout_s: float = 120) -> None:
                        f"{services.log('triggerer')[-3000:]}")
 
 
-def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipeline, services):
+def _wait_for_log(services, text: str, times: int = 1, timeout_s: float = 60) -> None:
+    """Until the triggerer has logged ``text`` ``times`` times."""
+    deadline = time.monotonic() + timeout_s
+    while services.log("triggerer").count(text) < times:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the triggerer did not log {text!r} in {timeout_s}s:\n{services.log('triggerer')[-3000:]}")
+        time.sleep(0.5)  # polling a log file, not a stand-in for readiness
+
+
+def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipeline, services, metrics):
     """A quiet topic starts nothing. A burst of 1,000 records, with batches capped at 400: the
     count rule (300) starts a run, the trigger re-arms once the frontier moved and starts the
     next, and the last 200 (under the count) wait for the delay rule (15 s): three runs, each
     asset-triggered, every record once. Then nothing more runs while nothing waits. The triggerer
-    killed (SIGKILL) and started again: the next records still land once."""
+    killed (SIGKILL) and started again: the next records still land once. A second pipeline on the
+    same Kafka connection, on a topic that stays quiet, shares the trigger's poll of the cluster
+    throughout and never starts a run."""
+    sibling = _watched(make_pipeline, services, "_sibling")
     p = _watched(make_pipeline, services, caps={"max_records_per_batch": 400})
+    _wait_for_log(services, "the shared poll serves 2 pipeline(s)")
     _quiet_for(services, p.dag_id, polls=4, runs=0)
 
     now = datetime.now(timezone.utc)
@@ -153,6 +177,12 @@ def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipelin
     assert (last["run_id"], last["reason"]) == (fired[-1]["run_id"], "delay")
     _write_timeline(services, p, runs, events_at=_trigger_event_times(services, input_asset_uri(p.name)))
     _quiet_for(services, p.dag_id, polls=4, runs=3)
+    # the lag reached Airflow's metrics backend (OpenTelemetry here) from the triggerer: the burst
+    # waiting, then nothing (4 polls after the last run); the oldest record's age when the delay
+    # rule decided
+    lag = metrics.gauge(f"airflow.offsetbatch.{p.name}.lag_records")
+    assert lag and max(lag) >= 300 and lag[-1] == 0, (lag, metrics.names())
+    assert max(metrics.gauge(f"airflow.offsetbatch.{p.name}.lag_seconds")) >= MAX_DELAY_S, metrics.names()
 
     services.kill_triggerer()
     p.produce(350, start=datetime.now(timezone.utc), hours=1, partitions=2, malformed_fraction=0.0)
@@ -161,6 +191,9 @@ def test_waiting_records_start_runs_that_drain_a_burst_exactly_once(make_pipelin
     report = p.check()
     assert report.ok, report.summary()
     assert sum(b.records for b in p.ledger.list_batches(p.name)) == 1350
+    assert services.runs(sibling.dag_id) == []
+    # the restarted triggerer groups both again (its log is kept across the restart: a second such line)
+    _wait_for_log(services, "the shared poll serves 2 pipeline(s)", times=2)
 
 
 def test_a_broker_stopped_for_a_minute_fails_no_run_and_the_waiting_records_land_after(make_pipeline, services,

@@ -39,7 +39,8 @@ def test_the_cron_stays_a_fallback_next_to_the_lag_triggers_asset(tmp_path):
     [(uri, name, trigger)] = _watchers(dag)
     assert (uri, name) == (input_asset_uri("orders"), "orders_waiting_records")
     assert trigger.serialize() == ("offsetbatch.dag.lag_trigger.LagTrigger",
-                                   {"config_path": path, "min_records": 1000, "max_delay": 120.0, "poll": 5.0})
+                                   {"config_path": path, "min_records": 1000, "max_delay": 120.0, "poll": 5.0,
+                                    "kafka_conn_id": "kafka_default", "isolation_level": "read_uncommitted"})
     classpath, kwargs = trigger.serialize()
     assert LagTrigger(**kwargs).serialize() == (classpath, kwargs)  # what the triggerer rebuilds
 

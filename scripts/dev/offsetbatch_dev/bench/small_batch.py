@@ -5,9 +5,12 @@ small batches the common case; the target is 3 s for 10,000 records).
 
 Produces ``--records`` JSON sample events once (4 partitions), starts a Connect server
 (``local[2]``), then runs the spark_job task's own call (``run_batches``) ``--repeat`` times on a
-fresh table, each in a new session as the task does. Prints each run's seconds (the manifest's
-``job_seconds`` and the wall time including the session) and, with ``--profile``, the client's
-cProfile of the last run: where a run waits on the server (each Spark Connect RPC is a round trip).
+fresh table, each in a new session as the task does, and after each the baseline: the job's own
+Kafka read of the same ranges, only counted (``raw_read_app.raw``), in a new session too. Prints
+each run's seconds (the manifest's ``job_seconds``, the wall time including the session, the raw
+read) and, with ``--profile``, the client's cProfile of the last run: where a run waits on the
+server (each Spark Connect RPC is a round trip). Refuses a busy machine unless ``--allow-load``
+(``quiet``); the medians go to docs/benchmarks.md, section ``small-batch``.
 """
 
 from __future__ import annotations
@@ -19,19 +22,22 @@ import os
 import pstats
 import shutil
 import statistics
+import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 
 from offsetbatch.paths import local_dir
 from offsetbatch.sinks.files import TableLayout
 
-from offsetbatch_dev.bench import throughput
+from offsetbatch_dev.bench import quiet, report, throughput
 from offsetbatch_dev.bench.dataset import ensure_dataset
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
 PORT = 15291
+TARGET_S = 3.0  # issue 42: the Spark job of a 10,000-record batch on Spark Connect
 
 
 def one_run(url: str, spec_uri: str, attempt: str) -> tuple[float, float]:
@@ -52,13 +58,31 @@ def one_run(url: str, spec_uri: str, attempt: str) -> tuple[float, float]:
     return time.monotonic() - t0, manifest.job_seconds
 
 
+def raw_run(url: str, spec_uri: str) -> float:
+    """The baseline: the job's own read of the same ranges, only counted, in a new session."""
+    from pyspark.sql import SparkSession
+
+    from offsetbatch.jobspec import JobSpec
+
+    from offsetbatch_dev.bench.raw_read_app import raw
+
+    spark = SparkSession.builder.remote(url).create()
+    try:
+        return raw(spark, JobSpec.load(spec_uri))["seconds"]
+    finally:
+        spark.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m offsetbatch_dev.bench.small_batch", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print the client's cProfile of the last run")
+    parser.add_argument("--allow-load", action="store_true", help="measure on a busy machine (the report says so)")
+    parser.add_argument("--docs", default="docs", help="where benchmarks.md is (its section small-batch)")
     args = parser.parse_args(argv)
     console = Console()
+    warning = quiet.check_start(console, args.allow_load)
     work = local_dir() / "bench-small-batch"
     work.mkdir(parents=True, exist_ok=True)
     broker = KafkaBroker(port=int(os.environ.get("KAFKA_PORT", "9092")))
@@ -68,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                                 conf={"spark.sql.shuffle.partitions": "2"})
     server.start()
     try:
-        walls, jobs = [], []
+        walls, jobs, raws, busy = [], [], [], []
         for rep in range(args.repeat):
             table = work / f"table-{rep}"
             shutil.rmtree(table, ignore_errors=True)
             spec = throughput.job_spec(ds, broker.bootstrap, str(table))
             uri = TableLayout(str(table)).spec(1)
             spec.save(uri)
+            busy.append(quiet.busy_before_run(console, f"run {rep + 1}"))
             profiler = cProfile.Profile() if args.profile and rep == args.repeat - 1 else None
             if profiler:
                 profiler.enable()
@@ -86,12 +111,47 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(out.getvalue())
             walls.append(wall)
             jobs.append(job)
-            console.print(f"run {rep + 1}: {job:.2f} s job, {wall:.2f} s with the session ({args.records:,} records)")
-        console.print(f"median of runs 2..{args.repeat}: job {statistics.median(jobs[1:] or jobs):.2f} s, "
-                      f"with the session {statistics.median(walls[1:] or walls):.2f} s")
+            raws.append(raw_run(server.url, uri))
+            console.print(f"run {rep + 1}: {job:.2f} s job, {wall:.2f} s with the session, raw read {raws[-1]:.2f} s "
+                          f"({args.records:,} records)")
     finally:
         server.stop()
+    command = "python -m offsetbatch_dev.bench.small_batch " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = section(args.records, jobs, walls, raws, busy, command.strip(), warning)
+    console.print("\n".join(lines[2:]))
+    report.write_section(Path(args.docs) / "benchmarks.md", "small-batch", lines)
     return 0
+
+
+def section(records: int, jobs: list[float], walls: list[float], raws: list[float], busy: list[float],
+            command: str, warning: str | None) -> list[str]:
+    """The docs section: medians of the warm runs (the first run warms the server's JVM)."""
+    warm = slice(1, None) if len(jobs) > 1 else slice(None)
+    job, wall, raw = (statistics.median(xs[warm]) for xs in (jobs, walls, raws))
+    flagged = [i + 1 for i, b in enumerate(busy) if b > quiet.BUSY_LIMIT]
+    return [
+        "## The Spark job of a small batch on Spark Connect (issue 42)",
+        "",
+        f"`{command}`, {time.strftime('%Y-%m-%d')}. {report.machine()}. {records:,} JSON sample events in 4 "
+        f"partitions; one Spark Connect server (`local[2]`), warm after the first run. Each run is the spark_job "
+        f"task's own call (`run_batches`: parse, checks, statistics, partitioned Parquet write, manifest) in a new "
+        f"session, on a new table; after it, the baseline: the job's own Kafka read of the same ranges, only "
+        f"counted, in a new session.",
+        "",
+        f"**Measured on a busy machine:** {warning}." if warning else "The machine was quiet at the start "
+        f"(`quiet.check_start`).",
+        "",
+        "| measure | median of runs 2..N (s) | runs (s) |",
+        "| --- | ---: | --- |",
+        f"| the job (`job_seconds`) | **{job:.2f}** | {', '.join(f'{x:.2f}' for x in jobs)} |",
+        f"| the job with its session | {wall:.2f} | {', '.join(f'{x:.2f}' for x in walls)} |",
+        f"| raw read, count only (baseline) | {raw:.2f} | {', '.join(f'{x:.2f}' for x in raws)} |",
+        "",
+        f"Job / raw read: {job / raw:.2f}x. Target: the job at most {TARGET_S:g} s for 10,000 records: "
+        f"{'met' if job <= TARGET_S else 'missed'} ({job:.2f} s)."
+        + (f" Runs {', '.join(map(str, flagged))} started on a busy machine (over {quiet.BUSY_LIMIT:.0f} % CPU)."
+           if flagged else ""),
+    ]
 
 
 if __name__ == "__main__":
