@@ -1,9 +1,12 @@
-"""Change data capture end to end (issue 44): a Debezium change stream (JSON envelopes as
-Debezium's PostgreSQL connector writes them, produced here: no Debezium server) of inserts,
-updates, deletes and re-inserts of the same keys, spread over three partitions and three hourly
-batches, with the tombstones, heartbeats and a schema-change event Debezium mixes in; upserted by
-``source.lsn`` through Airflow, the real broker and Spark (the suite's Connect server) into
-PostgreSQL and into Iceberg. After every run, every replay (batches 3, 1, 2 in that order, then
+"""Change data capture end to end (issue 44): a Debezium change stream (envelopes as Debezium's
+PostgreSQL connector writes them, produced here: no Debezium server) of inserts, updates, deletes
+and re-inserts of the same keys, spread over three partitions and three hourly batches, with the
+tombstones Debezium writes after deletes; upserted by ``source.lsn`` through Airflow, the real
+broker and Spark (the suite's Connect server) into PostgreSQL, encoded as Debezium's JSON (with
+the heartbeats and a schema-change event mixed in), and into Iceberg, encoded as Debezium's Avro
+through the schema registry (``debezium-avro``; confluent-kafka's own ``AvroSerializer`` against
+``tests/schema_registry_server.py``, which implements the registry's documented REST protocol: no
+real registry can run here; heartbeats and schema changes have topics of their own there). After every run, every replay (batches 3, 1, 2 in that order, then
 batch 2 again under a new transform) and a kill -9 at the commit's boundary (PostgreSQL: inside
 its transaction; Iceberg: between the ledger commit and the upserted table's snapshot), the table
 read by a reader that is not ours (psycopg2; pyiceberg's scan) equals a model that applies the
@@ -24,6 +27,7 @@ from pathlib import Path
 import psycopg2
 import pytest
 import sqlalchemy as sa
+from schema_registry_server import SchemaRegistryServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]
 BASE = datetime(2026, 11, 3, tzinfo=timezone.utc)
@@ -53,9 +57,41 @@ def _change_stream(rng: random.Random, hours: int, per_hour: int) -> list[dict]:
     return changes
 
 
-def _produce(bootstrap: str, topic: str, changes: list[dict], rng: random.Random) -> int:
+# Debezium's Avro envelope for the accounts table, as its PostgreSQL connector registers it
+ROW_AVRO = {"type": "record", "name": "Value", "namespace": "shop.public.accounts", "fields": [
+    {"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "balance", "type": ["null", "long"], "default": None}]}
+ENVELOPE_AVRO = {"type": "record", "name": "Envelope", "namespace": "shop.public.accounts", "fields": [
+    {"name": "before", "type": ["null", ROW_AVRO], "default": None},
+    {"name": "after", "type": ["null", "shop.public.accounts.Value"], "default": None},
+    {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                                "fields": [{"name": "connector", "type": "string"}, {"name": "db", "type": "string"},
+                                           {"name": "table", "type": "string"}, {"name": "lsn", "type": ["null", "long"],
+                                                                                "default": None}]}},
+    {"name": "op", "type": "string"}, {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+
+
+def _json_encoder(topic: str, registry_url: str | None):
+    """Debezium's JSON converter with schemas on: ``{"schema": …, "payload": envelope}``."""
+    return lambda payload: json.dumps({"schema": {"type": "struct", "name": "shop.public.accounts.Envelope"},
+                                       "payload": payload}).encode()
+
+
+def _avro_encoder(topic: str, registry_url: str):
+    """Debezium's Avro converter: the envelope through the registry, confluent-kafka's serializer."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    serialize = AvroSerializer(SchemaRegistryClient({"url": registry_url}), json.dumps(ENVELOPE_AVRO))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return lambda payload: serialize(payload, ctx)
+
+
+def _produce(bootstrap: str, topic: str, changes: list[dict], rng: random.Random, encode, extras: bool) -> int:
     """Debezium envelopes, each on a random partition (keys move between partitions: only the LSN
-    orders them), a tombstone after each delete, a heartbeat and a schema-change event per hour."""
+    orders them), a tombstone after each delete and, with ``extras`` (JSON), a heartbeat and a
+    schema-change event per hour."""
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
@@ -65,26 +101,26 @@ def _produce(bootstrap: str, topic: str, changes: list[dict], rng: random.Random
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
     sent = 0
 
-    def send(hour: int, key: int | None, value: dict | None, minute: int) -> None:
+    def send(hour: int, key: int | None, value: bytes | None, minute: int) -> None:
         nonlocal sent
         ts = int((BASE + hour * H + timedelta(minutes=minute)).timestamp() * 1000)
-        producer.send(topic, key=None if key is None else json.dumps({"id": key}).encode(),
-                      value=None if value is None else json.dumps(value).encode(),
+        producer.send(topic, key=None if key is None else json.dumps({"id": key}).encode(), value=value,
                       partition=rng.randrange(PARTITIONS), timestamp_ms=ts)
         sent += 1
 
     for i, c in enumerate(changes):
         minute = 1 + i % 55
         key = (c["after"] or c["before"])["id"]
-        send(c["hour"], key, {"schema": {"type": "struct", "name": "shop.public.accounts.Envelope"}, "payload": {
-            "before": c["before"], "after": c["after"], "op": c["op"], "ts_ms": 1700000000000 + c["lsn"],
-            "source": {"connector": "postgresql", "db": "shop", "table": "accounts", "lsn": c["lsn"]}}}, minute)
+        send(c["hour"], key, encode({"before": c["before"], "after": c["after"], "op": c["op"],
+                                     "ts_ms": 1700000000000 + c["lsn"],
+                                     "source": {"connector": "postgresql", "db": "shop", "table": "accounts",
+                                                "lsn": c["lsn"]}}), minute)
         if c["op"] == "d":
             send(c["hour"], key, None, minute)
-    for hour in {c["hour"] for c in changes}:
-        send(hour, None, {"ts_ms": 1700000000000}, 56)
-        send(hour, None, {"source": {"lsn": 1}, "databaseName": "shop", "ddl": "ALTER TABLE accounts ADD x int",
-                          "tableChanges": []}, 57)
+    for hour in sorted({c["hour"] for c in changes}) if extras else []:
+        send(hour, None, json.dumps({"ts_ms": 1700000000000}).encode(), 56)
+        send(hour, None, json.dumps({"source": {"lsn": 1}, "databaseName": "shop", "ddl": "ALTER TABLE accounts ADD x "
+                                     "int", "tableChanges": []}).encode(), 57)
     producer.flush()
     producer.close()
     return sent
@@ -119,12 +155,15 @@ def _iceberg_rows(url: str) -> list[tuple]:
     return [tuple(r[c] for c in columns) for r in table.scan(selected_fields=tuple(columns)).to_arrow().to_pylist()]
 
 
-# per sink: its settings, the reader that is not ours, and where a kill lands at the commit's boundary
+# per sink: its settings, the reader that is not ours, where a kill lands at the commit's boundary, and
+# the encoding its stream is produced in (each of Debezium's two, once)
 SINKS = {
-    "postgres": ({"type": "postgres", "table": TABLE}, _postgres_rows, "commit.after_copy"),
+    "postgres": ({"type": "postgres", "table": TABLE}, _postgres_rows, "commit.after_copy", "json"),
     "iceberg": ({"type": "iceberg", "namespace": "cdc", "table": "accounts"}, _iceberg_rows,
-                "commit.after_iceberg_commit"),
+                "commit.after_iceberg_commit", "avro"),
 }
+VALUE = {"json": {"format": "debezium", "schema": "id INT, name STRING, balance BIGINT"},
+         "avro": {"format": "debezium-avro", "schema": None, "schema_registry": {"conn_id": "schema_registry_default"}}}
 ICEBERG_TABLE = "cdc.accounts"
 
 
@@ -135,22 +174,29 @@ def _table(sink: str, url: str) -> dict[int, tuple]:
     return {r[0]: (r[1], r[2], r[3]) for r in rows}
 
 
-@pytest.mark.parametrize("sink", list(SINKS))
+@pytest.fixture(scope="module")
+def registry():
+    with SchemaRegistryServer() as server:
+        yield server
+
+
+@pytest.mark.parametrize("sink", list(SINKS), ids=[f"{s}-debezium-{v[3]}" for s, v in SINKS.items()])
 def test_a_debezium_stream_upserted_by_lsn_survives_replays_in_any_order_and_a_kill(make_pipeline, postgres, sink,
-                                                                                   tmp_path):
+                                                                                   registry, tmp_path):
     rng = random.Random(44)
     changes = _change_stream(rng, hours=3, per_hour=60)
     url = postgres.create_database(f"cdc_{uuid.uuid4().hex[:8]}")
-    settings, _, kill_at = SINKS[sink]
+    settings, _, kill_at, encoding = SINKS[sink]
     if sink == "iceberg":
         settings = {**settings, "warehouse": str(tmp_path / "warehouse")}  # the catalog: the ledger's database
     p = make_pipeline(f"_{sink}", ledger_url=url,
-                      value={"format": "debezium", "schema": "id INT, name STRING, balance BIGINT",
-                             "required": ["id"], "version": "source.lsn"},
+                      value={**VALUE[encoding], "required": ["id"], "version": "source.lsn"},
                       transform={"sql": TRANSFORM.format(name="name")},
                       sink={**settings, "event_time_column": None, "mode": "upsert", "key": ["id"],
                             "version_column": "cdc_version", "delete_column": "cdc_deleted"})
-    sent = _produce(p.bootstrap, p.topic, changes, rng)
+    p.env = {**p.env, "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps({"conn_type": "http", "host": registry.url})}
+    encode = (_avro_encoder if encoding == "avro" else _json_encoder)(p.topic, registry.url)
+    sent = _produce(p.bootstrap, p.topic, changes, rng, encode, extras=encoding == "json")
     deletes = sum(c["op"] == "d" for c in changes)
     assert deletes > 5 and any(c["op"] == "c" and c["before"] is None and any(
         d["op"] == "d" and d["before"]["id"] == c["after"]["id"] and d["lsn"] < c["lsn"] for d in changes)
