@@ -216,10 +216,16 @@ def chart(datasets: dict[int, Dataset], samples: dict[int, dict[str, list[Sample
     fig.savefig(path, dpi=110)
 
 
+# Said in the report's header: why figures of two sections may not compare.
+HOSTS = ("Sections measured at different times may come from different hosts of this machine kind, whose speed "
+         "has differed by about 2× (the test suite took 43 min 28 s and 20 min 49 s on two hosts on 2026-11-27): "
+         "compare figures within one section, where every ratio's baseline is measured in the same run.")
+
+
 def document(sections: dict[str, list[str]], datasets: dict[int, Dataset], minutes: float, png: str | None) -> str:
     """The report: a header (machine, versions, data sets) and one marked section per phase run."""
     lines = ["# Benchmarks", "", f"Last `make bench` run: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
-             f"{minutes:.1f} minutes. Each section below says when and how it was measured.", "",
+             f"{minutes:.1f} minutes. Each section below says when and how it was measured. " + HOSTS, "",
              f"* Machine: {machine()}", f"* Versions: {versions()}"]
     for n, ds in sorted(datasets.items()):
         lines.append(f"* Data: {ds.records:,} JSON records, {ds.bytes / 2**20:.0f} MiB of values (about "
