@@ -11,8 +11,8 @@ why in the triggerer's log and polls again with backoff, so the DAG never fails 
 
 Pipelines on one Kafka connection (same isolation level and poll interval) share one poll of the
 cluster (Airflow 3.3's shared streams: ``shared_stream_key``): each poll reads the partitions and
-log ends of every topic they read, in the same three or four requests whatever their number, and
-each trigger compares the reading with its own ledger. Only the age rule's record fetch is per
+log ends of every topic they read, with the requests one pipeline's poll would make, whatever their
+number, and each trigger compares the reading with its own ledger. Only the age rule's record fetch is per
 pipeline, and only when the count alone does not decide.
 """
 
@@ -171,44 +171,44 @@ class LagTrigger(BaseEventTrigger):
             await asyncio.to_thread(close)
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
-        """This pipeline's decision on each shared reading, against its own ledger."""
+        """This pipeline's decision on each shared reading, against its own ledger. After an error
+        of its own (its ledger, its config) it lets readings pass by with the same backoff as a lone
+        trigger: one attempt and one warning per interval, up to ``BACKOFF_MAX_S``."""
         reader = _Reader(self.config_path, self.log)
         key = self.shared_stream_key()
         self.log.info("pipeline %s: lag trigger watching its waiting records (min_records %s, max_delay %s s, "
                       "poll %s s, shared by the pipelines on Kafka connection %s; config %s)", reader.name,
                       self.min_records, self.max_delay, self.poll, self.kafka_conn_id, self.config_path)
+        delay, retry_at = self.poll, 0.0
         try:
-            await self._register(reader, key)
+            try:  # known before the first reading, so that it already covers this pipeline
+                await asyncio.to_thread(reader.load_interest)
+            except Exception:  # noqa: BLE001 - the first reading tries again and says why
+                pass
+            _share(key, id(self), reader.interest)
             async for reading in shared_stream:
                 if not isinstance(reading, ClusterReading) or time.time() - reading.at > STALE_POLLS * self.poll:
                     continue  # fell behind: the next reading is newer
                 if reading.error is not None:
                     self._could_not_read(reader, reading.error, reading.retry_in)
                     continue
+                if time.monotonic() < retry_at:
+                    continue  # backing off after an error of this pipeline's own
                 try:
                     fired = await asyncio.to_thread(reader.poll, reading)
+                    delay = self.poll
                 except Exception as exc:  # noqa: BLE001 - as in run: never raise
                     reader.reset()
-                    self._could_not_read(reader, exc, self.poll)
+                    delay = min(delay * 2, BACKOFF_MAX_S)
+                    retry_at = time.monotonic() + delay
+                    self._could_not_read(reader, exc, delay)
                     fired = None
-                await self._register(reader, key)
+                _share(key, id(self), reader.interest)  # again: the config or the ledger's topics may change
                 if fired is not None:
                     yield TriggerEvent(fired)
         finally:
-            _INTERESTS.get(key, {}).pop(id(self), None)
+            _share(key, id(self), None)
             reader.reset()
-
-    async def _register(self, reader: "_Reader", key: Hashable) -> None:
-        """Tell the shared poll which topics this pipeline needs (again after its config changed)."""
-        if reader.interest is None:
-            try:
-                await asyncio.to_thread(reader.load_interest)
-            except Exception as exc:  # noqa: BLE001 - a config or ledger error: logged, tried on the next reading
-                self._could_not_read(reader, exc, self.poll)
-        if reader.interest is not None:
-            _INTERESTS.setdefault(key, {})[id(self)] = reader.interest
-        else:
-            _INTERESTS.get(key, {}).pop(id(self), None)
 
 
 class _Reader:
@@ -320,6 +320,14 @@ class _Reader:
         self.log.info("pipeline %s: lag trigger fired (%s): %d records wait in %d partition(s)%s", pipeline.name,
                       reason, seen.records, seen.partitions, "" if age is None else f", the oldest for {age:.0f} s")
         return payload
+
+
+def _share(key: Hashable, subscriber: int, interest: Any) -> None:
+    """What the shared poll ``key`` must read for ``subscriber`` (None: nothing any more)."""
+    if interest is not None:
+        _INTERESTS.setdefault(key, {})[subscriber] = interest
+    else:
+        _INTERESTS.get(key, {}).pop(subscriber, None)
 
 
 def _stream_classes() -> tuple[type, type]:

@@ -184,3 +184,35 @@ def test_a_pipeline_whose_config_goes_leaves_the_shared_poll_and_joins_again_whe
             return (await asyncio.wait_for(fired, 15)).payload
 
     assert asyncio.run(scenario())["waiting_records"] == 150
+
+
+def test_a_pipeline_whose_ledger_does_not_answer_backs_off_and_the_others_on_its_poll_still_fire(tmp_path, monkeypatch,
+                                                                                                capsys):
+    """One pipeline's ledger unreachable (a PostgreSQL port nothing listens on): it logs why with
+    the backoff of a lone trigger (doubling, not a warning per poll), never raises, and the other
+    pipeline sharing the poll fires as before."""
+    cluster = Cluster()
+    cluster.ends[PAY_EU] = 60
+    monkeypatch.setattr("offsetbatch.source.admin.KafkaAdmin.for_connection", cluster.connect)
+    orders, payments = _triggers(tmp_path)
+    path = tmp_path / "orders.yaml"
+    path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()),
+                                    "ledger": {"url": "postgresql+psycopg2://ob:s3cret@127.0.0.1:9/ledger"}}))
+
+    async def scenario():
+        async with _subscribed(orders, payments) as (orders_events, payments_events):
+            fired = await asyncio.wait_for(payments_events.__anext__(), 15)
+            orders_next = asyncio.ensure_future(orders_events.__anext__())
+            await asyncio.sleep(6.5)  # about 6 polls of 1 s
+            assert not orders_next.done()
+            orders_next.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await orders_next
+            return fired.payload
+
+    assert asyncio.run(scenario())["pipeline"] == "payments"
+    logged = capsys.readouterr().out
+    warnings = [line for line in logged.splitlines() if "pipeline orders: lag trigger could not read" in line]
+    assert 2 <= len(warnings) <= 4, warnings  # backing off 2, 4, 8 s, not one warning per 1 s poll
+    assert "trying again in 2 s" in warnings[0] and "trying again in 4 s" in warnings[1], warnings
+    assert "s3cret" not in logged
