@@ -31,7 +31,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -384,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     warning = quiet.check_start(console, args.allow_load)
-    command = ("python -m offsetbatch_dev.bench.freshness " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    command = report.command_line("offsetbatch_dev.bench.freshness", argv)
     work = local_dir() / "bench-freshness"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

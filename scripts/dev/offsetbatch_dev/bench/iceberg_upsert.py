@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     seeded, results, rows = measure(args.table_rows, args.batch, args.batches)
     worst = max(r["seconds"] + r["append"] for r in results)
     peak = {n: max(r["peak_kib"] for r in rs) / 1024 for n, rs in ((args.baseline_rows, small), (args.table_rows, results))}
-    command = ("python -m offsetbatch_dev.bench.iceberg_upsert " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    command = report.command_line("offsetbatch_dev.bench.iceberg_upsert", argv)
     lines = ["## Iceberg upserts: the refresh of a large upserted table", "",
              f"{report.stamp(command)}. Both tables seeded with {args.table_rows:,} keys ({seeded:.0f} s; "
              f"{CHUNK:,} rows a data file), then {args.batches} batches of {args.batch:,} changes (20 % new keys, 70 % "

@@ -78,6 +78,13 @@ def _spread(xs: list[float], fmt: str = "{:.1f}") -> str:
     return f"{fmt.format(statistics.median(xs))} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
 
 
+def command_line(module: str, argv: list[str] | None) -> str:
+    """How a benchmark was started, for its section: ``python -m <module> <its arguments>``."""
+    import sys
+
+    return " ".join(["python -m", module, *(argv if argv is not None else sys.argv[1:])])
+
+
 def stamp(command: str) -> str:
     return f"`{command}`, {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
 

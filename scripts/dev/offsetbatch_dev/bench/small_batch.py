@@ -22,7 +22,6 @@ import os
 import pstats
 import shutil
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from rich.console import Console
 from offsetbatch.paths import local_dir
 from offsetbatch.sinks.files import TableLayout
 
+from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.bench import quiet, report, throughput
 from offsetbatch_dev.bench.dataset import ensure_dataset
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", action="store_true", help="print the client's cProfile of the last run")
     parser.add_argument("--allow-load", action="store_true", help="measure on a busy machine (the report says so)")
-    parser.add_argument("--docs", default="docs", help="where benchmarks.md is (its section small-batch)")
+    parser.add_argument("--docs", default=str(PROJECT_ROOT / "docs"), help="where benchmarks.md is (its section small-batch)")
     args = parser.parse_args(argv)
     console = Console()
     warning = quiet.check_start(console, args.allow_load)
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"({args.records:,} records)")
     finally:
         server.stop()
-    command = "python -m offsetbatch_dev.bench.small_batch " + " ".join(argv if argv is not None else sys.argv[1:])
-    lines = section(args.records, jobs, walls, raws, busy, command.strip(), warning)
+    lines = section(args.records, jobs, walls, raws, busy, report.command_line("offsetbatch_dev.bench.small_batch", argv),
+                    warning)
     console.print("\n".join(lines[2:]))
     report.write_section(Path(args.docs) / "benchmarks.md", "small-batch", lines)
     return 0
