@@ -14,6 +14,7 @@ help:
 	@echo "make deploy-up / deploy-down   the container stack (scripts/deploy.sh up / down)"
 	@echo "make bench   benchmarks (about 60 min, on a quiet machine): docs/benchmarks.md; BENCH_ARGS='--sizes 500000 --repeat 3' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
+	@echo "make bench-growth  a ledger grown to 100,000 batches and each sink to 2,880, with maintenance (issue 43; about 25 min): docs/benchmarks.md"
 	@echo "make bench-cluster  the job on a Spark standalone cluster vs local[*], planning at 10,000 partitions (about 15 min)"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
@@ -41,6 +42,10 @@ bench: setup
 
 bench-ui: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench.ui_pages $(BENCH_ARGS)
+
+.PHONY: bench-growth
+bench-growth: setup
+	@. scripts/env.sh && python -m offsetbatch_dev.bench.growth $(BENCH_ARGS)
 
 bench-cluster: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench.cluster $(BENCH_ARGS)

@@ -23,6 +23,24 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
                               open Kafka transaction, before the marker and the transaction's commit
     commit.after_kafka_commit (kafka sink) after the Kafka transaction committed, before the ledger
                               marks the batch published
+    maintain.ledger_chunk_committed  (maintenance) after each chunk of ledger history is summarized
+                              (or of old run events deleted) and committed, before the next chunk
+    commit.files_group_swapping (files sink) a replay or retirement of a compacted batch: after the
+                              first rename of the swap that takes its rows out of its group's folder
+    commit.files_group_left   (files sink) the batch's rows are out of its group's folder (a replay
+                              of the group's own id: its new rows in), its own output not yet published
+    maintain.files_compaction_staged   (files sink) a day's compacted folder is written under
+                              _offsetbatch/compactions/staged/, nothing swapped, no intent written
+    maintain.files_compaction_swapping (files sink) after the first rename of a compaction's swap
+                              (its intent written, the members' folders half moved to trash)
+    maintain.files_retention_deleting  (files sink) after the first deletion of a retention action
+    maintain.iceberg_compaction_written  (iceberg maintenance) the compacted files are written,
+                              their snapshot not committed (they are orphans the sweep removes)
+    maintain.iceberg_archive_written     (iceberg maintenance) the markers archive file is written,
+                              the table property naming it not committed
+    maintain.iceberg_expired  (iceberg maintenance) the expiry is committed, the files only the
+                              expired snapshots referenced not yet deleted (their intent file lists them)
+    maintain.iceberg_deleting (iceberg maintenance) after the first file of an expiry intent is deleted
 
 A point fails by raising ``InjectedFault`` (the process unwinds: transactions roll back cleanly).
 ``point:kill`` instead SIGKILLs the process at that point, as the OOM killer or a lost node would:

@@ -86,3 +86,19 @@ class Batch:
         if len(self.ranges) > limit:
             parts.append(f"… {len(self.ranges) - limit} more")
         return ", ".join(parts) or "(no ranges)"
+
+
+def subtract(span: tuple[int, int], used: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of the offsets ``[a, b)`` none of ``used`` covers (a replay window's unread
+    offsets; the offsets a ledger summary holds besides the kept ranges)."""
+    a, b = span
+    free = []
+    for u0, u1 in sorted(used):
+        if u1 <= a or u0 >= b:
+            continue
+        if u0 > a:
+            free.append((a, u0))
+        a = max(a, u1)
+    if a < b:
+        free.append((a, b))
+    return free

@@ -292,20 +292,20 @@ def check_cron(expression: str) -> str:
     return expression
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h)\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(value: object) -> float:
-    """Seconds of a duration written ``10s``, ``2m``, ``1h`` (or a bare number of seconds): the
-    forms a freshness rule takes. Raises ``ValueError`` saying which forms are accepted."""
+    """Seconds of a duration written ``10s``, ``2m``, ``1h``, ``7d`` (or a bare number of seconds): the
+    forms a freshness rule and a retention take. Raises ``ValueError`` saying which forms are accepted."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration; write e.g. '30s', '2m' or '1h'")
     if isinstance(value, (int, float)):
         return float(value)
     match = _DURATION.match(str(value))
     if not match:
-        raise ValueError(f"{value!r} is not a duration; write a number and a unit, s, m or h: e.g. '30s', '2m', '1h'")
+        raise ValueError(f"{value!r} is not a duration; write a number and a unit, s, m, h or d: e.g. '30s', '2m', '1h', '7d'")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from offsetbatch import redact, validation
+from offsetbatch.maintenance.policy import MaintenanceSettings
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import KEY_COLUMN, ValueSettings, settings_for as value_settings_for
 from offsetbatch.paths import bundled_pipelines_dir
@@ -243,6 +244,8 @@ class PipelineConfig(_Model):
     spark: SparkSettings = SparkSettings()
     airflow: AirflowSettings = AirflowSettings()
     ledger: LedgerSettings = LedgerSettings()
+    maintenance: MaintenanceSettings = Field(MaintenanceSettings(), description="retention and compaction "
+                                             "('offsetbatch maintain'; a DAG of its own when schedule is set)")
     source_file: str | None = Field(None, exclude=True)
 
     @model_validator(mode="before")
@@ -344,6 +347,10 @@ class PipelineConfig(_Model):
     @property
     def dag_id(self) -> str:
         return f"offsetbatch_{self.name}"
+
+    @property
+    def maintenance_dag_id(self) -> str:
+        return f"offsetbatch_{self.name}_maintenance"
 
     @property
     def pool(self) -> str:

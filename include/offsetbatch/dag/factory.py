@@ -12,7 +12,7 @@ file that builds the DAGs never raises (it skips a bad config, logging why), and
 carries the errors: one bad YAML never hides the other pipelines.
 
 ``pipeline_dag(config)`` builds one pipeline's DAG for a DAG file of its own (a bad config then
-raises ``ConfigError`` in that file, as before).
+raises ``ConfigError`` in that file, as before); ``maintenance_dag(config)`` its maintenance DAG.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def pipeline_dags(sources: str | None = None) -> dict:
     for cfg in found.configs.values():
         try:
             dags[cfg.dag_id] = _build(Pipeline(cfg), Path(cfg.source_file))
+            if cfg.maintenance.schedule:
+                dags[cfg.maintenance_dag_id] = _build_maintenance(cfg, Path(cfg.source_file))
         except Exception as exc:  # noqa: BLE001 - one pipeline's DAG must never hide the others'
             log.error("offsetbatch: pipeline config skipped, it has no DAG: %s", _build_error(cfg, exc))
     return dags
@@ -107,6 +109,13 @@ def pipeline_dag(config: str | Path):
     of its own; a bad config raises ``ConfigError`` (that file's import error)."""
     path = _config_path(config)
     return _build(Pipeline.load(path), path)
+
+
+def maintenance_dag(config: str | Path):
+    """Build the maintenance DAG of one pipeline config for a DAG file of its own (as
+    ``pipeline_dag``); ``maintenance.schedule`` null gives a DAG that runs only when triggered."""
+    path = _config_path(config)
+    return _build_maintenance(Pipeline.load(path).cfg, path)
 
 
 def _schedule(cfg, cfg_path: str):
@@ -181,3 +190,31 @@ def _build(pipeline: Pipeline, path: Path):
         plan >> spark_job >> commit
 
     return offsetbatch_pipeline()
+
+
+def _build_maintenance(cfg, path: Path):
+    """The pipeline's maintenance DAG (``maintenance.schedule``): one task, in the pipeline's pool."""
+    from airflow.sdk import dag
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    from offsetbatch.dag.operators.maintenance import MaintainOperator
+
+    @dag(
+        dag_id=cfg.maintenance_dag_id,
+        description=f"offsetbatch maintenance of {cfg.name}",
+        doc_md=(f"### {cfg.name}: maintenance\n\nExpires old snapshots, compacts small files, deletes abandoned "
+                f"attempts and trims the ledger's history past the retention of `maintenance:` in "
+                f"`{cfg.source_file}`; the same pass as `offsetbatch maintain {cfg.name}`, audited in the ledger's "
+                f"events. Runs in the pipeline's pool `{cfg.pool}`, so never beside one of its tasks."),
+        schedule=CronTriggerTimetable(cfg.maintenance.schedule, timezone="UTC") if cfg.maintenance.schedule else None,
+        start_date=cfg.airflow.start_date,
+        catchup=False,
+        max_active_runs=1,
+        tags=["offsetbatch", "maintenance", *cfg.airflow.tags],
+        default_args={"owner": cfg.airflow.owner, "retries": 1,
+                      "retry_delay": timedelta(seconds=cfg.airflow.retry_delay_seconds), "pool": cfg.pool},
+    )
+    def offsetbatch_maintenance():
+        MaintainOperator(task_id="maintain", config_path=str(path))
+
+    return offsetbatch_maintenance()

@@ -1,6 +1,6 @@
 """Ledger errors. Each message names the pipeline, the partition/offsets involved and what to do."""
 
-from offsetbatch.errors import OffsetbatchError
+from offsetbatch.errors import OffsetbatchError, RunRequestError
 
 
 class LedgerError(OffsetbatchError):
@@ -29,3 +29,9 @@ class OwnershipError(LedgerError):
 
 class StaleCommitError(LedgerError):
     """A commit's compare-and-set found a frontier other than the one its batch was planned from."""
+
+
+class SummarizedBatchError(LedgerError, RunRequestError):
+    """A batch asked for by id (a replay, ``offsetbatch batch``) or reached by a replay window or a
+    rewind was summarized by ledger maintenance: its ranges are gone, only its partition's span is
+    left (``ob_history``), so nothing can re-read it exactly."""

@@ -82,16 +82,54 @@ def batch_page(ledger: Ledger, name: str, before: int | None = None, limit: int 
         total = conn.execute(sa.select(sa.func.count()).select_from(batches)
                              .where(batches.c.pipeline == name)).scalar_one()
         page = _batch_rows(conn, name, rows)
+        summarized = _history(conn, name)
     return {"pipeline": name, "total": total, "limit": limit, "before": before,
-            "next_before": rows[-1].batch_id if more else None, "batches": page}
+            "next_before": rows[-1].batch_id if more else None, "batches": page, "summarized": summarized}
+
+
+def history_summary(ledger: Ledger, name: str) -> dict | None:
+    """What ledger maintenance summarized (``maintenance.ledger_history``), ``None`` if nothing."""
+    with ledger.reading() as conn:
+        return _history(conn, name)
+
+
+def _history(conn: sa.Connection, name: str) -> dict | None:
+    """The summary of summarized batches and each partition's span: two small tables (one row per
+    pipeline, one per partition), whatever the history's length."""
+    done = Ledger.history_totals(conn, name)
+    if done is None:
+        return None
+    spans = Ledger.history_spans(conn, name)
+    return {"batches": done.batches, "replays": done.replays, "first_batch_id": done.first_batch_id,
+            "last_batch_id": done.last_batch_id, "first_committed_at": _iso(done.first_committed_at),
+            "last_committed_at": _iso(done.last_committed_at), "rows_in": done.rows_in, "rows_out": done.rows_out,
+            "rows_rejected": done.rows_rejected,
+            "partitions": [{"topic": tp.topic, "partition": tp.partition, "from_offset": r.from_offset,
+                            "until_offset": r.until_offset, "batches": r.batches, "first_batch_id": r.first_batch_id,
+                            "last_batch_id": r.last_batch_id, "rows_read": r.rows_read,
+                            "rows_rejected": r.rows_rejected} for tp, r in spans.items()]}
+
+
+def history_line(summarized: dict | None, shown: int = 4) -> str | None:
+    """The one line ``offsetbatch batches`` and ``status`` print under the kept batches."""
+    if not summarized:
+        return None
+    parts = summarized["partitions"]
+    spans = ", ".join(f"{p['topic']}/{p['partition']} [{p['from_offset']}, {p['until_offset']})" for p in parts[:shown])
+    spans += f" … {len(parts) - shown} more partition(s)" if len(parts) > shown else ""
+    return (f"{summarized['batches']:,} batches before {summarized['last_batch_id'] + 1} summarized by maintenance "
+            f"(ids {summarized['first_batch_id']}..{summarized['last_batch_id']}, committed "
+            f"{summarized['first_committed_at']} .. {summarized['last_committed_at']}; offsets per partition: "
+            f"{spans or 'none'})")
 
 
 def batches_for_run(ledger: Ledger, name: str, run_id: str) -> list[dict]:
-    """Every batch an Airflow run planned (``ix_ob_batches_run``)."""
+    """Every batch an Airflow run planned (``ix_ob_batches_run``). Sorted here, not by SQL: asked for
+    ``ORDER BY batch_id``, SQLite walks the primary key of a year of batches instead of the index (22 ms
+    at 100,000 batches against 2.5, docs/benchmarks.md, *Growth*); a run plans a few batches."""
     with ledger.reading() as conn:
-        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.run_id == run_id)
-                            .order_by(batches.c.batch_id)).all()
-        return _batch_rows(conn, name, rows)
+        rows = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.run_id == run_id)).all()
+        return _batch_rows(conn, name, sorted(rows, key=lambda r: r.batch_id))
 
 
 def summary(ledger: Ledger, name: str, now: datetime | None = None) -> dict:
@@ -112,6 +150,7 @@ def summary(ledger: Ledger, name: str, now: datetime | None = None) -> dict:
             .where(batches.c.pipeline == name, batches.c.committed_at >= since)).one()
         lost = data_loss(conn, name, since)
         last_rows = _batch_rows(conn, name, last)
+        summarized = _history(conn, name)
     last_batch = last_rows[0] if last_rows else None
     return {
         "pipeline": name,
@@ -121,6 +160,7 @@ def summary(ledger: Ledger, name: str, now: datetime | None = None) -> dict:
         "batches_by_status": counts,
         "last_24h": {"batches": day[0], "rows_in": day[1] or 0, "rows_out": day[2] or 0, "rows_rejected": day[3] or 0,
                      "gaps": lost[0], "records_lost": lost[1]},
+        "summarized": summarized,
     }
 
 
@@ -210,9 +250,22 @@ def event_summary(kind: str, d: dict) -> str:
         return ", ".join(f"{k} {v}" for k, v in d.items() if k in ("rows_in", "rows_out", "rows_rejected")) or "committed"
     if kind == "run_triggered":
         return trigger_summary(d)
+    if kind == "maintenance":
+        return maintenance_summary(d)
     if kind == "batch_resumed":
         return f"re-executed unchanged by run {d.get('by_run')}"
     return ", ".join(f"{k}: {v}" for k, v in d.items() if k != "reason")
+
+
+def maintenance_summary(d: dict) -> str:
+    """A maintenance pass in one line: its status and what its actions changed."""
+    done = [f"{a['step']} ({', '.join(f'{k} {v:,}' for k, v in a['done'].items()) or 'nothing'})"
+            for a in d.get("actions", []) if a.get("done") is not None]
+    text = f"maintenance {d.get('status', '?')}"
+    if d.get("status") == "started":
+        return f"{text}: {len(d.get('actions', []))} action(s) planned"
+    text += f" in {d.get('seconds', 0):.1f} s: " + ("; ".join(done) or "nothing to do")
+    return text + (f"; error: {d['error']}" if d.get("error") else "")
 
 
 def trigger_summary(d: dict) -> str:

@@ -50,6 +50,17 @@ batches = sa.Table(
     # v4: the Airflow run type of the run that planned the batch (scheduled, manual, backfill, ...)
     sa.Column("run_type", sa.String(32)),
     sa.Index("ix_ob_batches_status", "pipeline", "status"),
+    # v6: the open batches a plan and a commit look up, in id order, without walking a year of
+    # history: SQLite walks the primary key for ``ORDER BY batch_id`` otherwise (42 ms at 100,000
+    # batches, docs/benchmarks.md, *Growth*). Partial: they hold the few open rows only.
+    sa.Index("ix_ob_batches_planned", "pipeline", "batch_id",
+             sqlite_where=sa.text("status = 'planned'"), postgresql_where=sa.text("status = 'planned'")),
+    sa.Index("ix_ob_batches_superseded", "pipeline", "batch_id",
+             sqlite_where=sa.text("status = 'superseded'"), postgresql_where=sa.text("status = 'superseded'")),
+    sa.Index("ix_ob_batches_unpublished", "pipeline", "batch_id",
+             sqlite_where=sa.text("published_at IS NULL"), postgresql_where=sa.text("published_at IS NULL")),
+    sa.Index("ix_ob_batches_superseded_by", "pipeline", "superseded_by",
+             sqlite_where=sa.text("superseded_by IS NOT NULL"), postgresql_where=sa.text("superseded_by IS NOT NULL")),
     sa.Index("ix_ob_batches_committed", "pipeline", "committed_at"),
     sa.Index("ix_ob_batches_run", "pipeline", "run_id"),
     sa.Index("ix_ob_batches_target", "pipeline", "target_batch_id"),
@@ -114,6 +125,42 @@ ledger_info = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
 
+# v6: bounded history (``maintenance.ledger_history``). Batches past ``maintenance.ledger_retain`` are
+# deleted with their ranges and folded into one row per partition (the offsets they read) and one
+# row per pipeline (how many, which ids, their totals): both bounded whatever the history's length.
+history = sa.Table(
+    "ob_history", metadata,
+    sa.Column("pipeline", sa.String(128), primary_key=True),
+    sa.Column("topic", sa.String(249), primary_key=True),
+    sa.Column("partition", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("from_offset", sa.BigInteger, nullable=False),     # first offset a summarized range read
+    sa.Column("until_offset", sa.BigInteger, nullable=False),    # end of the last summarized range
+    sa.Column("batches", sa.BigInteger, nullable=False),         # summarized batches with a range here
+    sa.Column("first_batch_id", sa.BigInteger, nullable=False),
+    sa.Column("last_batch_id", sa.BigInteger, nullable=False),
+    sa.Column("first_committed_at", sa.DateTime(timezone=True)),
+    sa.Column("last_committed_at", sa.DateTime(timezone=True)),
+    sa.Column("rows_read", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("rows_rejected", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+history_batches = sa.Table(
+    "ob_history_batches", metadata,
+    sa.Column("pipeline", sa.String(128), primary_key=True),
+    sa.Column("batches", sa.BigInteger, nullable=False),         # every summarized batch, replays included
+    sa.Column("replays", sa.BigInteger, nullable=False),
+    sa.Column("first_batch_id", sa.BigInteger, nullable=False),
+    sa.Column("last_batch_id", sa.BigInteger, nullable=False),   # batch ids never go below this again
+    sa.Column("first_committed_at", sa.DateTime(timezone=True)),
+    sa.Column("last_committed_at", sa.DateTime(timezone=True)),
+    sa.Column("rows_in", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("rows_out", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("rows_rejected", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("last_output_path", sa.Text),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
 schema_version = sa.Table(
     "ob_schema_version", metadata,
     sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
@@ -158,5 +205,15 @@ def _v5(conn: sa.Connection) -> None:
         conn.execute(ledger_info.insert().values(ledger_id=str(uuid.uuid4()), created_at=datetime.now(timezone.utc)))
 
 
-MIGRATIONS = [_v1, _v2, _v3, _v4, _v5]
+def _v6(conn: sa.Connection) -> None:
+    """Summaries of history past its retention, and the open batches found without walking it
+    (issue 43: a year unattended, bounded history)."""
+    history.create(conn, checkfirst=True)
+    history_batches.create(conn, checkfirst=True)
+    for name in ("ix_ob_batches_planned", "ix_ob_batches_superseded", "ix_ob_batches_unpublished",
+                 "ix_ob_batches_superseded_by"):
+        next(i for i in batches.indexes if i.name == name).create(conn, checkfirst=True)
+
+
+MIGRATIONS = [_v1, _v2, _v3, _v4, _v5, _v6]
 LATEST = len(MIGRATIONS)

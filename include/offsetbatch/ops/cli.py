@@ -242,8 +242,26 @@ def cmd_ledger_rebuild(args, out: Console) -> int:
     return EXIT_OK
 
 
+def cmd_maintain(args, out: Console) -> int:
+    """One maintenance pass (``offsetbatch.maintain``): retention, compaction, bounded
+    ledger history; ``--dry-run`` prints the actions and changes nothing."""
+    from offsetbatch.maintain import maintain
+
+    pipeline = _pipeline(args)
+    with _ledger(pipeline) as ledger:
+        result = maintain(pipeline, ledger, dry_run=args.dry_run, actor=f"cli:{getpass.getuser()}")
+    if args.json:
+        _print_json(out, result.to_dict())
+        return EXIT_OK
+    out.print(report.maintenance_table(result))
+    if args.dry_run:
+        out.print("dry run: nothing changed; run without --dry-run to apply")
+    return EXIT_OK
+
+
 def cmd_status(args, out: Console) -> int:
     statuses = []
+    summarized: dict[str, str | None] = {}  # the line saying what ledger maintenance summarized
     unreachable = False
     for pipeline in _pipelines(args).values():
         cfg = pipeline.cfg
@@ -260,6 +278,7 @@ def cmd_status(args, out: Console) -> int:
             finally:
                 if kafka is not None:
                     kafka.close()
+            summarized[cfg.name] = queries.history_line(queries.history_summary(ledger, cfg.name))
         st.kafka_error = st.kafka_error or err
         unreachable |= st.kafka_error is not None
         statuses.append(st)
@@ -269,6 +288,8 @@ def cmd_status(args, out: Console) -> int:
         for st in statuses:
             out.print(report.status_table(st))
             out.print(report.batches_table(f"{st.pipeline}: last {args.batches} batches", st.batches))
+            if summarized.get(st.pipeline):
+                out.print(summarized[st.pipeline], markup=False, highlight=False)
     return EXIT_UNREACHABLE if unreachable else EXIT_OK
 
 
@@ -277,10 +298,13 @@ def cmd_batches(args, out: Console) -> int:
     cfg = pipeline.cfg
     with _ledger(pipeline) as ledger:
         rows = [batch_dict(b) for b in ledger.list_batches(cfg.name, args.limit)]
+        line = queries.history_line(queries.history_summary(ledger, cfg.name))
     if args.json:
         _print_json(out, rows, default=str)
     else:
         out.print(report.batches_table(f"{cfg.name}: last {args.limit} batches", rows))
+        if line:
+            out.print(line, markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -474,6 +498,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reason", help="kept in the audit log")
     p.add_argument("--trigger", action="store_true", help="run 'airflow dags trigger' instead of printing it")
     p.set_defaults(func=cmd_replay)
+    p = sub.add_parser("maintain", help="expire old snapshots, compact small files, trim history (audited)")
+    p.add_argument("pipeline")
+    p.add_argument("--dry-run", action="store_true", help="print what the pass would do; change nothing")
+    p.set_defaults(func=cmd_maintain)
     p = sub.add_parser("pools", help="the pipelines' one-slot pools as JSON, for 'airflow pools import'")
     p.set_defaults(func=cmd_pools)
     p = sub.add_parser("doctor", help="check Kafka, ledger, Spark connector and Airflow connections")

@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from offsetbatch.commit.rebuild import RebuildPlan
+from offsetbatch.maintain import Pass
 from offsetbatch.ops.status import PipelineStatus
 from offsetbatch.plan.reset import ResetPlan
 
@@ -128,3 +129,22 @@ def _reset_caption(plan: ResetPlan) -> str:
     if plan.abandoned:
         parts.append(f"abandoned planned batches: {', '.join(map(str, plan.abandoned))}")
     return "; ".join(parts)
+
+
+def maintenance_table(result: Pass) -> Table:
+    """One row per action: what it planned, and (unless a dry run) what it changed and how long."""
+    verb = "would do" if result.dry_run else "did"
+    table = Table(title=f"{result.pipeline}: maintenance pass ({verb}), history kept after "
+                        f"{result.horizon.retain_before:%Y-%m-%d %H:%MZ}")
+    for col in ("step", "target", "plan", "changed", "seconds"):
+        table.add_column(col, justify="right" if col == "seconds" else "left")
+    for o in result.outcomes:
+        changed = "-" if o.done is None else (", ".join(f"{k} {v:,}" for k, v in o.done.items()) or "nothing")
+        table.add_row(o.action.step, escape(o.action.target), escape(o.action.summary), changed,
+                      "-" if o.done is None else f"{o.seconds:.1f}")
+    if not result.outcomes:
+        table.caption = "nothing to maintain"
+    elif result.rolled_forward:
+        table.caption = f"published first (committed, left unpublished by a crash): batch(es) " \
+                        f"{_id_list(result.rolled_forward)}"
+    return table

@@ -9,7 +9,7 @@ For a time window ``[start, end)`` (an Airflow backfill run's data interval, or 
   batches, never overlapping an existing range, bounded by the earliest offset still in Kafka;
 * offsets at or after the frontier: **refused**, since reading them is the scheduled runs' job.
 
-Neither kind moves the frontier. ``subtract`` and ``pack`` are the pure arithmetic.
+Neither kind moves the frontier. ``model.subtract`` and ``pack`` are the pure arithmetic.
 """
 
 from __future__ import annotations
@@ -23,26 +23,11 @@ from offsetbatch.config import Caps
 from offsetbatch.errors import BackfillRefusedError, DataLossError, RunRequestError
 from offsetbatch.ledger import Ledger
 from offsetbatch.pipeline import Pipeline
-from offsetbatch.model import Batch, OffsetRange, TopicPartition
+from offsetbatch.model import Batch, OffsetRange, TopicPartition, subtract
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch.source.partitions import check_vanished
 
 log = logging.getLogger(__name__)
-
-
-def subtract(span: tuple[int, int], used: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of ``[a, b)`` not covered by any of ``used``."""
-    a, b = span
-    free = []
-    for u0, u1 in sorted(used):
-        if u1 <= a or u0 >= b:
-            continue
-        if u0 > a:
-            free.append((a, u0))
-        a = max(a, u1)
-    if a < b:
-        free.append((a, b))
-    return free
 
 
 def pack(pieces: dict[TopicPartition, list[tuple[int, int]]], caps: Caps) -> list[list[OffsetRange]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offsetbatch.sinks.base import (SINKS, KeepsManifests, PublishesAfterLedgerCommit, PublishesInLedgerTransaction,
+from offsetbatch.sinks.base import (SINKS, KeepsManifests, Maintained, PublishesAfterLedgerCommit, PublishesInLedgerTransaction,
                                     Sink, SinkSettings, StagedOutput, StagedSettings, TableSettings, register_sink)
 from offsetbatch.sinks.files import FilesSink
 from offsetbatch.sinks.iceberg import IcebergSink
@@ -51,5 +51,5 @@ def sink_for(pipeline_name: str, settings: SinkSettings | dict) -> Sink:
     return SINKS[settings.type](pipeline_name, settings)
 
 
-__all__ = ["SINKS", "KeepsManifests", "PublishesAfterLedgerCommit", "PublishesInLedgerTransaction", "Sink", "SinkSettings", "StagedSettings", "TableSettings",
+__all__ = ["SINKS", "KeepsManifests", "Maintained", "PublishesAfterLedgerCommit", "PublishesInLedgerTransaction", "Sink", "SinkSettings", "StagedSettings", "TableSettings",
            "StagedOutput", "StagingLayout", "register_sink", "settings_for", "sink_for"]

@@ -22,6 +22,8 @@ publishes.
   attempt), ``cleanup`` (a batch's staging), its owner marker and ``published_ids``. Every one of
   them is idempotent, because a crash anywhere is finished by running it again. Staging is keyed by
   the batch, not the output id, so two replays of one batch never touch each other's staging.
+* ``Maintained``: a sink whose target grows with every batch and has maintenance actions
+  (``offsetbatch maintain``: snapshot expiry, compaction, attempt retention).
 * ``KeepsManifests``: a sink whose target holds each published batch's manifest (files, iceberg),
   so ``offsetbatch ledger rebuild`` can rebuild a lost ledger from it.
 * The **read path**: ``read_committed`` / ``read_rejected``, what readers are told to use; they
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
+    from offsetbatch.maintenance.actions import Action, Horizon
+    from offsetbatch.maintenance.policy import MaintenanceSettings
     from offsetbatch.source.admin import KafkaAdmin
 
 
@@ -418,6 +422,17 @@ class PublishesInLedgerTransaction(ABC):
     def retire_in_transaction(self, conn: "sa.Connection", output_id: int) -> None:
         """Remove a superseded batch's output inside the ledger transaction (before the new batch's
         output is loaded: both hold the same records)."""
+
+
+class Maintained(ABC):
+    """Trait of a sink whose target grows with every batch (snapshots, small files, attempt folders)
+    and that can be maintained without touching what exactly-once needs: its markers, the output of
+    a batch not yet published, the files of an attempt still in flight. ``offsetbatch maintain``
+    calls this under the pipeline's ledger lock, after every committed batch is published."""
+
+    @abstractmethod
+    def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:
+        """What a pass would do now, in order; nothing is changed until an action is applied."""
 
 
 class KeepsManifests(ABC):

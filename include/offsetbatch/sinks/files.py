@@ -22,22 +22,33 @@ files the manifests name; a plain ``spark.read.parquet(table)`` lists no data on
 the iceberg sink. A replay swaps the manifest to the new attempt's folder, then deletes the old
 folder; the folders a crash leaves unreferenced are listed in ``_offsetbatch/trash/`` before the
 swap and deleted by the next publish (``_sweep``).
+
+Maintenance (``files_maintenance``) compacts a closed day's batches into the folder of the day's
+first batch, ``batch_id=G`` (their rows then read with ``batch_id = G``; the manifests still map
+offsets to batches), and deletes abandoned attempts, old trash and old rejected records. A publish
+or retire first finishes a compaction a killed pass left half swapped, and a replay or retirement
+of a compacted batch first takes its rows out of its group's folder (``leave_group``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch import faults, storage
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, Sink, TableSettings
+from offsetbatch.sinks import files_maintenance
+from offsetbatch.sinks.base import KeepsManifests, Maintained, PublishesAfterLedgerCommit, Sink, TableSettings
 from offsetbatch.sinks.rejected_files import RejectedFolders
 from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from offsetbatch.maintenance.actions import Action, Horizon
+    from offsetbatch.maintenance.policy import MaintenanceSettings
 
 MANIFEST_PUBLISHED = "commit.manifest_published"
 log = logging.getLogger(__name__)
@@ -53,7 +64,7 @@ class TableLayout(StagingLayout):
         return f"{self.meta}/manifests/batch_id={output_id}.json"
 
 
-class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
+class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
     type = "files"
     Settings = TableSettings
 
@@ -91,6 +102,8 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         if self.in_place:
             return self._publish_in_place(batch_id, output_id, attempt)
         layout = self.layout
+        self._leave_group(batch_id, output_id, attempt)
+        group_folder = files_maintenance.is_group_folder(self, output_id)  # holds other batches' rows too
         moves = [
             (layout.staging_data(batch_id, attempt), layout.data(output_id)),
             (layout.staging_rejected(batch_id, attempt), self.rejected.of(output_id)),
@@ -101,8 +114,8 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         staged = layout.staging_manifest(batch_id, attempt)
         nothing = self._read_nothing(staged if storage.exists(staged) else layout.manifest(output_id), attempt)
         for i, (src, dst) in enumerate(moves):
-            if not storage.exists(src):
-                continue
+            if not storage.exists(src) or (group_folder and i == 0):
+                continue  # nothing staged, or ``_leave_group`` put the rows into the group's folder
             if storage.exists(dst):
                 storage.move(dst, layout.trash(f"{stamp}-{i}"))
             if nothing and i < 2:
@@ -115,6 +128,23 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                      self.where(batch_id), layout.attempts(batch_id))
         storage.remove(layout.legacy_attempts(batch_id))
         storage.remove(f"{layout.meta}/trash")
+
+    def _leave_group(self, batch_id: int, output_id: int, attempt: str) -> None:
+        """Before publishing a replay of a compacted batch: finish any half-swapped compaction, then
+        take the batch's old rows out of its group's folder (its new rows join the folder when the
+        group has its id). Only when this attempt is staged and is not the one in the group already."""
+        files_maintenance.finish_pending(self)
+        staged = self.layout.staging_manifest(batch_id, attempt)
+        if files_maintenance.group_of(self, output_id) is None or not storage.exists(staged):
+            return
+        ranges = [asdict(r) for r in Manifest.load(staged).ranges]
+        files_maintenance.leave_group(self, output_id, attempt, joining=self.layout.staging_data(batch_id, attempt),
+                                      ranges=ranges)
+
+    def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:
+        """Finish killed compactions, compact closed days, delete what retention allows
+        (``files_maintenance``); planning changes nothing."""
+        return files_maintenance.actions(self, policy, horizon)
 
     @staticmethod
     def _read_nothing(manifest_uri: str, attempt: str) -> bool:
@@ -184,7 +214,11 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             storage.remove(self.layout.manifest(output_id))
             self._sweep()
             return
-        for path in (self.layout.data(output_id), self.rejected.of(output_id), self.layout.manifest(output_id)):
+        files_maintenance.finish_pending(self)
+        files_maintenance.leave_group(self, output_id)
+        if not files_maintenance.is_group_folder(self, output_id):  # else it holds other batches' rows
+            storage.remove(self.layout.data(output_id))
+        for path in (self.rejected.of(output_id), self.layout.manifest(output_id)):
             storage.remove(path)
 
     def published_ids(self) -> list[int]:
@@ -205,7 +239,12 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         if self.in_place:
             current = self._published(output_id)
             return f"{current.location}/data" if current and current.location else self.layout.manifest(output_id)
-        return self.layout.data(output_id)
+        return self._data_folder(output_id)
+
+    def _data_folder(self, output_id: int) -> str:
+        """Where ``output_id``'s rows are: its own folder, or its compaction group's."""
+        group = files_maintenance.group_of(self, output_id)
+        return self.layout.data(output_id if group is None else group)
 
     def locations(self, output_id: int) -> dict[str, str]:
         if self.in_place:
@@ -213,7 +252,7 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             folder = current.location if current and current.location else "(not published)"
             return {"data": f"{folder}/data", "rejected": f"{folder}/rejected",
                     "manifest": self.layout.manifest(output_id)}
-        return {"data": self.layout.data(output_id), "rejected": self.rejected.of(output_id),
+        return {"data": self._data_folder(output_id), "rejected": self.rejected.of(output_id),
                 "manifest": self.layout.manifest(output_id)}
 
     def read_committed(self, spark: "SparkSession") -> "DataFrame":

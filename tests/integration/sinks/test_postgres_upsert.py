@@ -194,3 +194,62 @@ def test_a_table_upserted_before_the_change_log_gets_one_seeded_from_its_rows(ta
     table.commit([(0, 0, 1, "old", False), (1, 0, 2, "kept", False)], output_id=1)  # replay of batch 1
     # key 1's change in the replayed batch is older than the one the table held
     assert table.rows() == {1: ("newer", 0, 1), 2: ("kept", 1, 0)}
+
+
+def test_a_new_batch_is_checked_against_the_table_row_or_for_a_deleted_key_the_log(postgres, tmp_path, table):
+    """A batch's first commit compares each key's newest change with the table's row, and only a
+    key without a row (never seen, or deleted) with the log: a delete's version outlives the row."""
+    versioned = Table(postgres, tmp_path / "versioned", version_column="lsn")
+    versioned.commit([(0, 0, 7, "a", False)], version=[10])
+    versioned.commit([(0, 1, 7, None, True)], version=[30])
+    versioned.commit([(1, 0, 7, "older than the delete", False)], version=[20])
+    assert versioned.rows() == {}
+    versioned.commit([(1, 1, 7, "newer", False)], version=[40])
+    versioned.commit([(0, 2, 7, None, True)], version=[35])  # a delete older than the row: no effect
+    assert versioned.rows() == {7: ("newer", 1, 1)}
+    versioned.commit([(0, 3, 7, "same version, later offset", False), (0, 4, 8, "new key", False)], version=[40, 1])
+    assert versioned.rows() == {7: ("same version, later offset", 0, 3), 8: ("new key", 0, 4)}
+    versioned.close()
+
+    table.commit([(0, 0, 11, "a", False)])
+    table.commit([(0, 1, 11, None, True)])
+    with pytest.raises(SinkSchemaError, match=r"key \(account=11\) has changes in t/0 and t/1"):
+        table.commit([(1, 0, 11, "b", False)])  # no row to compare with: the log's delete is in t/0
+    assert table.rows() == {}
+
+
+def test_maintenance_trims_the_log_to_what_a_replay_can_still_need(postgres, tmp_path):
+    """Once the ledger has summarized batches 1 and 2 (``maintenance.ledger_history``; here its
+    summary row is written directly, the sink's commits having no ledger batch rows), they can no
+    longer be replayed: of their changes only each key's newest can still decide, when a kept batch
+    holding a newer one is replayed or retired. The pass deletes the rest, a delete included when
+    a newer change supersedes it, and keeps a delete that is a key's newest."""
+    from datetime import datetime, timezone
+
+    from offsetbatch.maintenance.actions import Horizon
+
+    t = Table(postgres, tmp_path, version_column="lsn")
+    t.commit([(0, 0, 1, "a", False), (1, 0, 2, "x", False), (0, 1, 5, "e", False)], version=[10, 11, 12])
+    t.commit([(0, 2, 1, "b", False), (1, 1, 2, None, True), (1, 2, 3, "c", False), (0, 3, 5, None, True)],
+             version=[20, 21, 22, 13])
+    t.commit([(0, 4, 1, "kept", False)], version=[30])
+    before = t.rows()
+    assert before == {1: ("kept", 0, 4), 3: ("c", 1, 2)}
+    engine = sa.create_engine(t.url)
+    with engine.begin() as c:
+        c.execute(sa.text("INSERT INTO ob_history_batches (pipeline, batches, replays, first_batch_id, last_batch_id, "
+                          "updated_at) VALUES ('upsert_check', 2, 0, 1, 2, now())"))
+    now = datetime.now(timezone.utc)
+    [action] = t.sink.maintenance(None, Horizon(now, now, now, now))
+    assert action.apply() == {"changes": 3}  # lsn 10 (key 1), 11 (key 2), 12 (key 5: its delete, 13, is its newest)
+    with engine.connect() as c:
+        log = sorted(c.execute(sa.text(f"SELECT account, lsn, deleted FROM {TABLE}_changes")).all())
+    engine.dispose()
+    assert log == [(1, 20, False), (1, 30, False), (2, 21, True), (3, 22, False), (5, 13, True)]
+    assert t.rows() == before
+    assert action.apply() == {"changes": 0}
+    t.retire(3)  # the kept batch goes: key 1 back to its newest summarized change
+    assert t.rows() == {1: ("b", 0, 2), 3: ("c", 1, 2)}
+    t.commit([(1, 3, 2, "older than its delete", False), (0, 5, 5, "older than its delete", False)], version=[15, 11])
+    assert t.rows() == {1: ("b", 0, 2), 3: ("c", 1, 2)}  # the kept deletes still outrank them
+    t.close()

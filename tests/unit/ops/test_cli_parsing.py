@@ -5,6 +5,7 @@ reads that never create a ledger, the audit log (``events``) and the data lost i
 from __future__ import annotations
 
 import json
+import sqlite3
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -136,8 +137,13 @@ def test_a_missing_ledger_is_one_line_exit_1_and_is_not_created(tmp_path, capsys
 def test_a_damaged_ledger_is_one_line_naming_its_url(pipeline, capsys):
     folder, url = pipeline
     path = Path(sa.make_url(url).database)
+    with sqlite3.connect(path) as db:  # the schema's own pages (page 1 and, as the schema grew, its leaves)
+        keep = {n for (n,) in db.execute("SELECT pageno FROM dbstat WHERE name = 'sqlite_schema'")}
+        size = db.execute("PRAGMA page_size").fetchone()[0]
     data = bytearray(path.read_bytes())
-    data[4096:] = b"A" * (len(data) - 4096)  # header intact, every table page overwritten
+    for n in range(2, len(data) // size + 1):  # header and schema intact, every table page overwritten
+        if n not in keep:
+            data[(n - 1) * size:n * size] = b"A" * size
     path.write_bytes(bytes(data))
     for side in (Path(f"{path}-wal"), Path(f"{path}-shm")):
         side.unlink(missing_ok=True)

@@ -39,7 +39,7 @@ def test_the_rule_loads_with_units_and_the_cron_may_go(tmp_path):
     ({"trigger": {"min_records": 10, "poll": "0.5s"}}, "field 'airflow.trigger.poll': Input should be greater than or "
                                                       "equal to 1"),
     ({"trigger": {"max_delay": "2 mins"}}, "field 'airflow.trigger.max_delay': Value error, '2 mins' is not a "
-                                           "duration; write a number and a unit, s, m or h"),
+                                           "duration; write a number and a unit, s, m, h or d"),
     ({"trigger": {"max_delay": "2m", "pol": "1s"}}, "field 'airflow.trigger.pol': Extra inputs are not permitted"),
     ({"schedule": None}, "schedule is null and there is no trigger"),
 ])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from offsetbatch.config import Caps
 from offsetbatch.model import TopicPartition
-from offsetbatch.plan.replay import pack, subtract
+from offsetbatch.model import subtract
+from offsetbatch.plan.replay import pack
 
 A, B = TopicPartition("t", 0), TopicPartition("t", 1)
 

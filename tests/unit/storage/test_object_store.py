@@ -91,17 +91,6 @@ def test_the_kafka_reader_gets_only_kafka_options():
 
 # ---- the files sink, published in place ------------------------------------------------------------
 
-@pytest.fixture
-def bucket():
-    fs = fsspec.filesystem("memory")
-    fs.store.clear()
-    fs.pseudo_dirs.clear()
-    fs.pseudo_dirs.append("")
-    storage.register_s3("lake", fs)
-    yield fs
-    storage._s3_buckets.pop("lake", None)
-
-
 def _stage(sink: FilesSink, batch_id: int, attempt: str, output_id: int) -> list[str]:
     layout = sink.layout
     files = [f"{layout.staging_data(batch_id, attempt)}/part-0000{i}.parquet" for i in range(2)]

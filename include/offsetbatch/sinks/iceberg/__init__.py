@@ -36,6 +36,10 @@ The package, one module per job:
 * ``markers``: the snapshot summary written per batch and read back (roll-forward, ``published_ids``,
   ``ledger rebuild``);
 * ``upsert``: ``mode: upsert``, the table of one row per key derived from ``<table>_changes``;
+* ``maintenance``: ``IcebergSink.maintenance``, a pass over every table the sink owns: compaction,
+  snapshot expiry with the markers archived first (``markers``, *The archive*), deletion of the
+  files only expired snapshots referenced (through an intent file a killed pass's successor
+  finishes) and an orphan sweep;
 * ``sink``: ``IcebergSink``, the seam's halves.
 """
 

@@ -13,13 +13,27 @@ rebuild reads.
 
 Only snapshots in the current snapshot's ancestry count: a snapshot of a rolled-back branch
 published nothing readers see.
+
+**The archive** (what survives snapshot expiry, ``sinks/iceberg/maintenance.py``). Before
+maintenance expires snapshots it folds their markers into a gzip JSON file under the table's
+``metadata/`` folder, named by the table property ``offsetbatch.markers-archive`` (``{"path",
+"through_snapshot_id", "n", "applied"}``): the batch ids ever applied (as ranges, in the property
+too) and the live map, output id -> the marker whose rows the table holds (``retired`` already
+applied, so archived markers retire nothing). ``history`` is the archive's live markers, then the
+markers of the current ancestry after ``through_snapshot_id`` (those up to it are in the archive
+when a pass was killed between the property and the expiry); ``applied`` finds a batch only the
+archive names from the property's ranges, without reading the file. So every reader gives the same
+answers before and after an expiry, and metadata.json stays bounded.
 """
 
 from __future__ import annotations
 
+import bisect
+import gzip
 import json
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterator
+import threading
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from offsetbatch.jobspec import Manifest, RangeReport
 
@@ -28,6 +42,8 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
 PREFIX = "offsetbatch."
+ARCHIVE_PROPERTY = f"{PREFIX}markers-archive"
+ARCHIVE_FORMAT = 1
 
 
 def retirement(name: str, retired: list[int]) -> dict[str, str]:
@@ -85,22 +101,138 @@ def _marker(snapshot: "Snapshot") -> Published | None:
                      props.get(f"{PREFIX}attempt", ""), retired, props)
 
 
-def history(table: "Table") -> Iterator[Published]:
-    """Markers of the current snapshot's ancestry, oldest first."""
+@dataclass(frozen=True)
+class Archive:
+    """The markers of expired snapshots, folded (module docstring, *The archive*)."""
+
+    through_snapshot_id: int | None = None
+    applied: tuple[tuple[int, int], ...] = ()  # batch ids, as sorted inclusive ranges
+    live: dict[int, Published] = field(default_factory=dict)  # output id -> marker, in folding order
+
+    def has_applied(self, batch_id: int) -> bool:
+        i = bisect.bisect_right(self.applied, (batch_id, float("inf"))) - 1
+        return i >= 0 and self.applied[i][0] <= batch_id <= self.applied[i][1]
+
+    def to_json(self) -> dict:
+        return {"format": ARCHIVE_FORMAT, "through_snapshot_id": self.through_snapshot_id,
+                "applied": [list(r) for r in self.applied],
+                "live": [{"snapshot_id": m.snapshot_id, "pipeline": m.pipeline, "batch_id": m.batch_id,
+                          "output_id": m.output_id, "kind": m.kind, "attempt": m.attempt, "props": m.props}
+                         for m in self.live.values()]}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Archive":
+        if doc.get("format") != ARCHIVE_FORMAT:
+            raise ValueError(f"markers archive format {doc.get('format')!r} is not {ARCHIVE_FORMAT}: written by a "
+                             f"newer offsetbatch; upgrade this one")
+        live = {m["output_id"]: Published(m["snapshot_id"], m["pipeline"], m["batch_id"], m["output_id"], m["kind"],
+                                          m["attempt"], (), m["props"]) for m in doc["live"]}
+        return cls(doc.get("through_snapshot_id"), tuple(tuple(r) for r in doc["applied"]), live)
+
+
+def ranges_of(ids: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted ids as inclusive ranges: a year of hourly batches is one range."""
+    out: list[list[int]] = []
+    for i in sorted(set(ids)):
+        if out and i == out[-1][1] + 1:
+            out[-1][1] = i
+        else:
+            out.append([i, i])
+    return tuple((lo, hi) for lo, hi in out)
+
+
+def fold(archive: Archive | None, going: list[Published], through_snapshot_id: int) -> Archive:
+    """``archive`` with the markers of the snapshots about to expire (oldest first) folded in."""
+    archive = archive or Archive()
+    live = dict(archive.live)
+    applied = {i for lo, hi in archive.applied for i in range(lo, hi + 1)}
+    for marker in going:
+        for old in marker.retired:
+            live.pop(old, None)
+        if marker.batch_id is not None:
+            applied.add(marker.batch_id)
+        if marker.output_id is not None:
+            live.pop(marker.output_id, None)  # re-inserted last: the folding order stays the publishing order
+            props = {k: v for k, v in marker.props.items() if k != f"{PREFIX}retired"}
+            live[marker.output_id] = replace(marker, retired=(), props=props)
+    return Archive(through_snapshot_id, ranges_of(applied), live)
+
+
+def encode(archive: Archive) -> bytes:
+    return gzip.compress(json.dumps(archive.to_json(), separators=(",", ":")).encode(), mtime=0)
+
+
+def decode(data: bytes) -> Archive:
+    return Archive.from_json(json.loads(gzip.decompress(data)))
+
+
+_archives: dict[str, Archive] = {}  # path -> archive: a file is written once under a new name, never changed
+_archives_lock = threading.Lock()
+
+
+def archive_ref(table: "Table") -> dict | None:
+    """The table property naming the current archive: ``{"path", "through_snapshot_id", "n",
+    "applied"}`` (``applied``: the archive's applied batch ids as ranges, so ``applied`` reads no file)."""
+    value = table.properties.get(ARCHIVE_PROPERTY)
+    return json.loads(value) if value else None
+
+
+def archive_of(table: "Table") -> Archive | None:
+    """The table's archive (read once per process and path)."""
+    ref = archive_ref(table)
+    if ref is None:
+        return None
+    path = ref["path"]
+    with _archives_lock:
+        if path in _archives:
+            return _archives[path]
+    try:
+        with table.io.new_input(path).open() as f:
+            archive = decode(f.read())
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"Iceberg table {'.'.join(table.name())}: its markers archive {path} (table property {ARCHIVE_PROPERTY}) "
+            f"is missing, so which batches the expired snapshots published is unknown. Restore the file from a "
+            f"backup; do not publish or rebuild the ledger until then") from exc
+    with _archives_lock:
+        _archives[path] = archive
+    return archive
+
+
+def ancestry(table: "Table") -> list["Snapshot"]:
+    """The current snapshot's ancestry, oldest first."""
     from pyiceberg.table.snapshots import ancestors_of
 
     current = table.current_snapshot()
-    chain = list(ancestors_of(current, table.metadata)) if current else []
-    for snapshot in reversed(chain):
-        marker = _marker(snapshot)
-        if marker is not None:
-            yield marker
+    return list(reversed(list(ancestors_of(current, table.metadata)))) if current else []
 
 
-def live(table: "Table") -> dict[int, Published]:
-    """Output id -> the marker of the snapshot whose rows the table holds for it now."""
+def after_archive(chain: list["Snapshot"], archive: Archive | None) -> list["Snapshot"]:
+    """The snapshots of ``chain`` the archive does not hold: those after its ``through_snapshot_id``
+    (all of them when that snapshot is expired)."""
+    through = archive.through_snapshot_id if archive else None
+    ids = [s.snapshot_id for s in chain]
+    return chain[ids.index(through) + 1:] if through in ids else chain
+
+
+def combined(archive: Archive | None, retained: Iterable[Published]) -> Iterator[Published]:
+    """The archive's live markers, then the retained ones: what ``history`` yields."""
+    if archive is not None:
+        yield from archive.live.values()
+    yield from retained
+
+
+def history(table: "Table") -> Iterator[Published]:
+    """Markers of the archive and the current snapshot's ancestry, oldest first."""
+    archive = archive_of(table)
+    retained = (m for m in map(_marker, after_archive(ancestry(table), archive)) if m is not None)
+    yield from combined(archive, retained)
+
+
+def live_of(history_: Iterable[Published]) -> dict[int, Published]:
+    """Output id -> the marker whose rows the table holds, replaying ``history_``."""
     out: dict[int, Published] = {}
-    for marker in history(table):
+    for marker in history_:
         for old in marker.retired:
             out.pop(old, None)
         if marker.output_id is not None:
@@ -108,9 +240,28 @@ def live(table: "Table") -> dict[int, Published]:
     return out
 
 
-def applied(table: "Table", batch_id: int) -> Published | None:
-    """The snapshot that published ledger batch ``batch_id``, if the table has it."""
-    for marker in history(table):
+def applied_in(archive: Archive | None, history_: Iterable[Published], batch_id: int) -> Published | None:
+    """The marker of ``batch_id`` in ``history_``; else, when only the archive's ranges name it (its
+    output was replaced or retired since), a marker standing for the archive."""
+    for marker in history_:
         if marker.batch_id == batch_id:
             return marker
+    if archive is not None and archive.has_applied(batch_id):
+        return Published(archive.through_snapshot_id or 0, "", batch_id, None, "archived", "", (), {})
     return None
+
+
+def live(table: "Table") -> dict[int, Published]:
+    """Output id -> the marker of the snapshot whose rows the table holds for it now."""
+    return live_of(history(table))
+
+
+def applied(table: "Table", batch_id: int) -> Published | None:
+    """The snapshot that published ledger batch ``batch_id``, if the table has it (or had it, before
+    an expiry: the archive's ranges of applied ids, which its table property carries). Every publish
+    asks this, so it never reads the archive file, whose live map grows with the table's history
+    (4.3 MiB gzipped, 121 MiB parsed, at 100,000 batches of 4 partitions)."""
+    ref = archive_ref(table) or {}
+    stub = Archive(ref.get("through_snapshot_id"), tuple(tuple(r) for r in ref.get("applied", ())))
+    retained = (m for m in map(_marker, after_archive(ancestry(table), stub)) if m is not None)
+    return applied_in(stub, retained, batch_id)

@@ -6,6 +6,10 @@ location and commits them as one snapshot that also removes the rows they replac
 On an object store nothing is moved: the snapshot adds the files where the job wrote them (under
 ``sink.staging``'s attempt folder, which then holds table data and is never deleted while the table's
 rows come from it). Iceberg readers see one snapshot: all of a batch or none of it.
+
+A data file may hold several batches' rows once maintenance compacted it
+(``sinks/iceberg/maintenance.py``): replacing or retiring a batch then rewrites such a file without
+that batch's rows (copy-on-write) in the same snapshot, instead of dropping the whole file.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from typing import TYPE_CHECKING, Sequence
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import KeepsManifests, PublishesAfterLedgerCommit, RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.base import (KeepsManifests, Maintained, PublishesAfterLedgerCommit, RejectedRows, Sink,
+                                    StagedOutput)
 from offsetbatch.sinks.iceberg import markers, schema
 from offsetbatch.sinks.iceberg.catalog import open_catalog, warehouse_uri
 from offsetbatch.sinks.iceberg.settings import IcebergSettings
@@ -28,8 +33,12 @@ from offsetbatch.sinks.keyed import check_staged
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
+
+    from offsetbatch.maintenance.actions import Action, Horizon
+    from offsetbatch.maintenance.policy import MaintenanceSettings
 
 log = logging.getLogger(__package__)
 
@@ -39,7 +48,7 @@ AFTER_UPSERT = "commit.after_iceberg_upsert"  # upsert mode: the upserted table 
 FOOTER_THREADS = 8  # Parquet footers read at once when registering a batch's files
 
 
-class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
+class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
     type = "iceberg"
     Settings = IcebergSettings
 
@@ -163,7 +172,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             log.info("%s: already holds this batch (snapshot %d); not added again", where, done.snapshot_id)
             return
         replaced = [output_id, *retired]
-        deletes = _live_files(table, replaced) if table is not None else []
+        deletes, kept = _replacing(table, replaced) if table is not None else ([], [])
         location = table.location() if table is not None else f"{warehouse_uri(self.settings.warehouse)}/{ident[0]}/{ident[1]}"
         if self.in_place:
             paths = [re.sub(r"^s3a://", "s3://", f) for f in files]  # the scheme every Iceberg reader knows
@@ -186,8 +195,11 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
             tx = catalog.create_table_transaction(
                 ident, schema=schema.optional(staged), location=location,
                 properties={OWNER_PROPERTY: json.dumps(owner)} if owner else {})
+            # merged appends: a batch adds a manifest, and pyiceberg merges them once 100 are
+            # listed (its defaults), so a table of large batches, never compacted, still lists few
             tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
-                                 tx.table_metadata.schema().name_mapping.model_dump_json()})
+                                 tx.table_metadata.schema().name_mapping.model_dump_json(),
+                                 TableProperties.MANIFEST_MERGE_ENABLED: "true"})
             if part == "data":
                 schema.partition_spec(tx, self.settings.partitions)
             changed = ["(new table)"]
@@ -199,15 +211,16 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         added = [f for f in _data_files(tx, paths) if f.record_count > 0]
         props = markers.summary(self.pipeline_name, batch_id, output_id, kind, manifest, retired)
         update = tx.update_snapshot(snapshot_properties=props)
-        with (update.overwrite() if deletes else update.fast_append()) as snapshot:
+        with (update.overwrite() if deletes else update.merge_append()) as snapshot:
             for f in deletes:
                 snapshot.delete_data_file(f)
-            for f in added:
+            for f in [*added, *kept]:
                 snapshot.append_data_file(f)
         tx.commit_transaction()
         log.info("%s: snapshot %s adds %d file(s) (%d rows)%s%s", where, _current_id(catalog, ident), len(added),
                  sum(f.record_count for f in added),
-                 f", removes {len(deletes)} file(s) of batch(es) {', '.join(map(str, replaced))}" if deletes else "",
+                 f", removes {len(deletes)} file(s) of batch(es) {', '.join(map(str, replaced))}"
+                 f"{f' ({len(kept)} rewritten with the rows of other batches)' if kept else ''}" if deletes else "",
                  f"; columns changed: {', '.join(changed)}" if changed else "")
 
     def _refresh_upserted(self, catalog: "SqlCatalog", batch_id: int | None) -> None:
@@ -230,7 +243,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
         with open_catalog(self.settings, self.pipeline_name) as catalog:
             for ident in (self.settings.marked_identifier, self.settings.rejected_identifier):
                 table = _load(catalog, ident)
-                deletes = _live_files(table, [output_id]) if table is not None else []
+                deletes, kept = _replacing(table, [output_id]) if table is not None else ([], [])
                 if not deletes:
                     continue
                 tx = table.transaction()
@@ -238,8 +251,17 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Sink):
                         .overwrite() as snapshot:
                     for f in deletes:
                         snapshot.delete_data_file(f)
+                    for f in kept:
+                        snapshot.append_data_file(f)
                 tx.commit_transaction()
             self._refresh_upserted(catalog, None)  # also when nothing was deleted: a crash may have left it behind
+
+    def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:
+        """Snapshot expiry (markers archived first), file deletion, orphans and compaction of every
+        table the sink owns (``sinks/iceberg/maintenance.py``); listing them changes nothing."""
+        from offsetbatch.sinks.iceberg import maintenance
+
+        return maintenance.plan(self, policy, horizon)
 
     def published_ids(self) -> list[int]:
         return sorted(self._live())
@@ -339,13 +361,36 @@ def _current_id(catalog: "SqlCatalog", ident: tuple[str, str]) -> int | None:
 
 
 def _live_files(table: "Table", output_ids: list[int]) -> list:
-    """Data files of the current snapshot holding rows of ``output_ids`` (every file holds one
-    batch's rows, so the column bounds select whole files)."""
+    """Data files of the current snapshot that may hold rows of ``output_ids`` (by their
+    ``batch_id`` bounds)."""
     from pyiceberg.expressions import In
 
     if table.current_snapshot() is None:
         return []
     return [task.file for task in table.scan(row_filter=In(schema.BATCH_ID, output_ids)).plan_files()]
+
+
+def _replacing(table: "Table", output_ids: list[int]) -> "tuple[list[DataFile], list[DataFile]]":
+    """What a snapshot replacing ``output_ids`` does to the current files: the files to delete and,
+    for each that also holds other batches' rows (a compacted file), new files with those rows
+    (copy-on-write; written now, added by the caller's snapshot). A file whose ``batch_id`` bounds
+    are one replaced id is dropped whole, unread."""
+    from pyiceberg.expressions import In, Not
+
+    from offsetbatch.sinks.iceberg.rewrite import batch_bounds, read_rows, write_rows
+
+    files = _live_files(table, output_ids)
+    mixed = [f for f in files if not _only(batch_bounds(table, f), output_ids)]
+    kept: list = []
+    for f in mixed:
+        rows = read_rows(table.metadata, table.io, [f], Not(In(schema.BATCH_ID, output_ids)))
+        if rows.num_rows:
+            kept.extend(write_rows(table.metadata, table.io, rows))
+    return files, kept
+
+
+def _only(bounds: tuple[int, int] | None, output_ids: list[int]) -> bool:
+    return bounds is not None and bounds[0] == bounds[1] and bounds[0] in output_ids
 
 
 def _data_files(tx, paths: list[str]) -> list:

@@ -23,8 +23,9 @@ Committing output N (a batch, a retried commit, a replay of N in any order, a re
 So a replay of an old batch changes only the keys whose newest change it holds; a key missing from
 its new output returns to its previous change; a delete stays deleted whatever is replayed after it.
 Replaying batches in any order leaves the table as the first pass did. The log grows by the rows
-every batch stages, as an append table would; a table upserted by an earlier offsetbatch (no log)
-gets one seeded from its rows on the first commit.
+every batch stages, as an append table would, until maintenance trims it (``trim``: of batches the
+ledger has summarized, which nothing can replay any more, only each key's newest change stays); a
+table upserted by an earlier offsetbatch (no log) gets one seeded from its rows on the first commit.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class ChangeLog:
         cur.execute(self._sql("CREATE TEMPORARY TABLE {keys} ON COMMIT DROP AS SELECT DISTINCT {key} FROM {changes} "
                               "WHERE batch_id = %s", keys=keys), (output_id,))
         cur.execute(self._sql("DELETE FROM {changes} WHERE batch_id = %s"), (output_id,))
+        self.fresh = cur.rowcount == 0  # N's first commit (not a replay, a retire or a rebuild of it)
 
     @staticmethod
     def _plan_for_probes(cur) -> None:
@@ -114,8 +116,10 @@ class ChangeLog:
     # ---- 3. the table follows the log --------------------------------------------------------
 
     def apply(self, cur, output_id: int) -> tuple[int, int]:
-        """After N's new changes are in the log: check them, then rewrite the table's rows of every
-        key N touches or touched. Returns (keys whose row is written, keys left without a row)."""
+        """After N's new changes are in the log: check them, then bring the table's rows of the keys
+        N touches (or touched) up to the log. Returns (keys whose row is written, keys without a row)."""
+        if getattr(self, "fresh", False):
+            return self._apply_fresh(cur, output_id)
         keys = self._keys_table(output_id)
         cur.execute(self._sql("INSERT INTO {keys} SELECT DISTINCT {key} FROM {changes} WHERE batch_id = %s "
                               "EXCEPT SELECT {key} FROM {keys}", keys=keys), (output_id,))
@@ -129,6 +133,76 @@ class ChangeLog:
         touched = cur.fetchone()[0]
         cur.execute(self._newest_rows(cur, keys))
         return cur.rowcount, touched - cur.rowcount
+
+    def _apply_fresh(self, cur, output_id: int) -> tuple[int, int]:
+        """N's first commit only adds changes, so a key's newest change is its newest in N or what
+        it was before, and what it was before is the table's row, unless the key has none (never
+        seen, or its newest change is a delete): only those keys are looked up in the log. Three
+        statements against the table instead of a DELETE and an INSERT of every touched key (the
+        general path, which a replay, a retire or a rebuild needs because they take changes away)."""
+        from psycopg2 import sql
+
+        newest = sql.Identifier(f"ob_newest_{output_id}")
+        cols = [*self.sink._columns(cur)]
+        order = ([self.settings.version_column] if self.settings.version_column else []) + list(POSITION)
+        key_match = sql.SQL(" AND ").join(sql.SQL("t.{c} = n.{c}").format(c=sql.Identifier(c)) for c in self.settings.key)
+        log_match = sql.SQL(" AND ").join(sql.SQL("c.{c} = n.{c}").format(c=sql.Identifier(c)) for c in self.settings.key)
+
+        def tup(alias: str):
+            return sql.SQL("({})").format(sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(alias), sql.Identifier(c))
+                                                              for c in order))
+        desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(c)) for c in order)
+        cur.execute(self._sql("CREATE TEMPORARY TABLE {newest} ON COMMIT DROP AS SELECT DISTINCT ON ({key}) * "
+                              "FROM {changes} WHERE batch_id = %s ORDER BY {key}, {desc}", newest=newest, desc=desc),
+                    (output_id,))
+        cur.execute(self._sql("ANALYZE {newest}", newest=newest))
+        self._check_new(cur, output_id)
+        if not self.settings.version_column:
+            self._check_one_partition_fresh(cur, output_id, newest, key_match, log_match)
+        # a key without a row whose log holds a newer change (a delete) keeps it: N's change is older
+        cur.execute(self._sql("DELETE FROM {newest} n WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE {key_match}) "
+                              "AND EXISTS (SELECT 1 FROM {changes} c WHERE {log_match} AND c.batch_id <> %s "
+                              "AND {c_order} > {n_order})", newest=newest, key_match=key_match, log_match=log_match,
+                              c_order=tup("c"), n_order=tup("n")), (output_id,))
+        deleted = (sql.SQL("n.{} IS TRUE").format(sql.Identifier(self.settings.delete_column))
+                   if self.settings.delete_column else sql.SQL("false"))
+        cur.execute(self._sql("DELETE FROM {table} t USING {newest} n WHERE {key_match} AND {deleted} "
+                              "AND {n_order} > {t_order}", newest=newest, key_match=key_match, deleted=deleted,
+                              n_order=tup("n"), t_order=tup("t")))
+        gone = cur.rowcount
+        names = sql.SQL(", ").join(map(sql.Identifier, cols))
+        updates = sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(c)) for c in cols
+                                     if c not in self.settings.key)
+        cur.execute(self._sql("INSERT INTO {table} AS t ({names}) SELECT {n_names} FROM {newest} n WHERE NOT ({deleted}) "
+                              "ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE {x_order} > {t_order}",
+                              names=names, n_names=sql.SQL(", ").join(sql.SQL("n.{}").format(sql.Identifier(c))
+                                                                       for c in cols),
+                              newest=newest, deleted=deleted, updates=updates, x_order=tup("excluded"),
+                              t_order=tup("t")))
+        return cur.rowcount, gone
+
+    def _check_one_partition_fresh(self, cur, output_id: int, newest, key_match, log_match) -> None:
+        """``_check_one_partition`` for a first commit: N's keys against themselves, the table's
+        row (whose partition every earlier change of the key shares), or, for a key without a row,
+        the log."""
+        cur.execute(self._sql("SELECT {key} FROM {changes} WHERE batch_id = %s GROUP BY {key} "
+                              "HAVING count(DISTINCT (kafka_topic, kafka_partition)) > 1 LIMIT 1"), (output_id,))
+        clash = cur.fetchone()
+        if clash is None:
+            cur.execute(self._sql("SELECT {n_key} FROM {newest} n WHERE EXISTS (SELECT 1 FROM {table} t WHERE "
+                                  "{key_match} AND (t.kafka_topic, t.kafka_partition) <> (n.kafka_topic, "
+                                  "n.kafka_partition)) OR (NOT EXISTS (SELECT 1 FROM {table} t WHERE {key_match}) AND "
+                                  "EXISTS (SELECT 1 FROM {changes} c WHERE {log_match} AND (c.kafka_topic, "
+                                  "c.kafka_partition) <> (n.kafka_topic, n.kafka_partition))) LIMIT 1",
+                                  n_key=self._n_key(), newest=newest, key_match=key_match, log_match=log_match))
+            clash = cur.fetchone()
+        if clash is not None:
+            self._refuse_two_partitions(cur, output_id, list(clash))
+
+    def _n_key(self):
+        from psycopg2 import sql
+
+        return sql.SQL(", ").join(sql.SQL("n.{}").format(sql.Identifier(c)) for c in self.settings.key)
 
     def _newest_rows(self, cur, keys):
         from psycopg2 import sql
@@ -171,12 +245,48 @@ class ChangeLog:
         if found is None:
             return
         *key, places = found
+        self._refuse_two_partitions(cur, output_id, key, places)
+
+    def _refuse_two_partitions(self, cur, output_id: int, key: list, places: list | None = None) -> None:
+        if places is None:  # where the key's changes are, for the message
+            from psycopg2 import sql
+
+            match = sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in self.settings.key)
+            cur.execute(self._sql("SELECT array_agg(DISTINCT kafka_topic || '/' || kafka_partition) FROM {changes} "
+                                  "WHERE {match}", match=match), key)
+            places = cur.fetchone()[0] or []
         shown = ", ".join(f"{c}={v!r}" for c, v in zip(self.settings.key, key))
         raise SinkSchemaError(
             f"{self.sink.where(output_id)}: key ({shown}) has changes in {' and '.join(sorted(places))}; offsets order "
             f"a key's changes only within one partition, so which is newer is unknown. Nothing was written or "
             f"committed; the batch stays planned. Set sink.version_column to a column of the transform's output that "
             f"orders a key's changes (Debezium's source.lsn or ts_ms, an updated_at), then clear the spark_job task.")
+
+    # ---- maintenance: the log bounded by the ledger's history -----------------------------------
+
+    def trim(self, cur, pipeline: str) -> int:
+        """Delete the changes of summarized output ids (``maintenance.ledger_history``: in no batch
+        row of the ledger any more, at or below its summary's last id) that a newer change of the
+        same key, also summarized, supersedes. A summarized batch can no longer be replayed or
+        retired, so of its keys' changes only the newest can still decide (when a kept batch
+        holding a newer one is replayed or retired); a delete that is a key's newest stays, as the
+        version its row outlives. Returns the rows deleted."""
+        from psycopg2 import sql
+
+        cur.execute("SELECT last_batch_id FROM ob_history_batches WHERE pipeline = %s", (pipeline,))
+        found = cur.fetchone()
+        if found is None or not self.sink._columns(cur, SUFFIX):
+            return 0
+        self._plan_for_probes(cur)
+        cur.execute(self._sql("CREATE TEMPORARY TABLE ob_trimmed ON COMMIT DROP AS SELECT DISTINCT batch_id FROM "
+                              "{changes} WHERE batch_id <= %s EXCEPT SELECT batch_id FROM ob_batches WHERE pipeline = %s"),
+                    (found[0], pipeline))
+        order = ([self.settings.version_column] if self.settings.version_column else []) + list(POSITION)
+        newest_first = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(c)) for c in order)
+        cur.execute(self._sql("DELETE FROM {changes} WHERE ctid IN (SELECT ctid FROM (SELECT ctid, row_number() OVER "
+                              "(PARTITION BY {key} ORDER BY {newest_first}) AS n FROM {changes} WHERE batch_id IN "
+                              "(SELECT batch_id FROM ob_trimmed)) ranked WHERE n > 1)", newest_first=newest_first))
+        return cur.rowcount
 
     # ---- reads ------------------------------------------------------------------------------------
 

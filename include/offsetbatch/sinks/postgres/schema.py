@@ -154,13 +154,19 @@ class TableSchema:
         if not existing:
             defs = [sql.SQL("{} bigint NOT NULL").format(sql.Identifier("batch_id"))]
             defs += [sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in staged]
-            defs.append(sql.SQL("UNIQUE ({})").format(sql.SQL(", ").join(map(sql.Identifier, RECORD_COLUMNS))))
+            # An upserted table follows its change log (``change_log``), which keeps the record's
+            # coordinates unique and finds a batch's changes: the table needs only its key's index,
+            # and each index less is one less write per changed key.
+            upserted = self.settings.mode == "upsert"
+            if not upserted:
+                defs.append(sql.SQL("UNIQUE ({})").format(sql.SQL(", ").join(map(sql.Identifier, RECORD_COLUMNS))))
             if self.settings.key:
                 defs.append(sql.SQL("UNIQUE ({})").format(sql.SQL(", ").join(map(sql.Identifier, self.settings.key))))
             cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema_name)))
             cur.execute(sql.SQL("CREATE TABLE {} ({})").format(self._ident(), sql.SQL(", ").join(defs)))
-            cur.execute(sql.SQL("CREATE INDEX {} ON {} (batch_id)").format(
-                sql.Identifier(f"{self.table_name}_batch_id_idx"[:63]), self._ident()))
+            if not upserted:
+                cur.execute(sql.SQL("CREATE INDEX {} ON {} (batch_id)").format(
+                    sql.Identifier(f"{self.table_name}_batch_id_idx"[:63]), self._ident()))
             log.info("%s: created the table from the staged schema (%s)", self.where(output_id),
                      ", ".join(f"{n} {t}" for n, t in staged))
             return staged

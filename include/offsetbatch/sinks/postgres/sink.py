@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator
 from offsetbatch import faults, storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.base import PublishesInLedgerTransaction, RejectedRows, Sink, StagedOutput
+from offsetbatch.sinks.base import Maintained, PublishesInLedgerTransaction, RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.keyed import check_staged
 from offsetbatch.sinks.postgres.change_log import SUFFIX, ChangeLog
 from offsetbatch.sinks.postgres.copy_stream import copy_rows
@@ -28,13 +28,16 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
     from pyspark.sql import DataFrame, SparkSession
 
+    from offsetbatch.maintenance.actions import Action, Horizon
+    from offsetbatch.maintenance.policy import MaintenanceSettings
+
 log = logging.getLogger(__package__)  # the package's logger: every postgres sink message under one name
 
 OWNER_KEY = "offsetbatch"
 NOT_UTF8 = "22021"  # character_not_in_repertoire: COPY met bytes that are not text in the database's encoding
 
 
-class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
+class PostgresSink(TableSchema, PublishesInLedgerTransaction, Maintained, Sink):
     type = "postgres"
     Settings = PostgresSettings
 
@@ -275,6 +278,22 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Sink):
     def claim(self, ledger_id: str) -> None:
         with self._connect() as conn:
             self._claim_in(self._cursor(conn), ledger_id)
+
+    def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:
+        """Upsert mode: the change log's rows that bounded ledger history made useless; append
+        mode has nothing to maintain (the ledger's batch rows are its markers)."""
+        if self.settings.mode != "upsert":
+            return []
+        from offsetbatch.maintenance.actions import Action
+
+        def apply() -> dict[str, int]:
+            with self._connect() as conn:
+                gone = ChangeLog(self).trim(self._cursor(conn), self.pipeline_name)
+            log.info("%s: change log trimmed by %d superseded change(s) of summarized batches", self.where(), gone)
+            return {"changes": gone}
+        return [Action("postgres.trim-change-log", f"{self.settings.table}{SUFFIX}",
+                       "delete the changes of summarized batches that a newer change of the same key, also "
+                       "summarized, supersedes", {}, apply)]
 
     def published_ids(self) -> list[int]:
         from psycopg2 import sql

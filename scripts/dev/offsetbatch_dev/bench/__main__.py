@@ -14,7 +14,9 @@
 6. ``freshness``: per-record latency under the lag trigger at a steady 2,000 and 200 records/s,
    10 min each, files and Iceberg sinks, on the real scheduler, triggerer and Spark Connect
    (``freshness``, a section of its own);
-7. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
+7. ``growth``: one pipeline's ledger grown to 100,000 batches and its sinks to 2,880 minute batches, measured
+   with a maintenance pass every 15 simulated minutes and after (issue 43; ``growth``, a section of its own);
+8. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
    and docs/benchmarks.png.
 
 It refuses to start on a busy machine (``quiet``) unless ``--allow-load``, and flags any
@@ -46,7 +48,7 @@ from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
-PHASES = ("throughput", "dag", "cost", "avro", "freshness")
+PHASES = ("throughput", "dag", "cost", "avro", "freshness", "growth")
 Samples = dict[int, dict[str, list[throughput.Sample]]]  # by size, by measurement: one per repetition
 CONNECT_CONN = "spark_connect_bench"
 
@@ -238,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         # The machine was checked when this run started; the load the earlier phases leave in the
         # load average is this run's own, and the section reports it.
         freshness.main(["--docs", str(docs), "--allow-load"])
+    if "growth" in phases:  # its own ledgers, tables and api-server; it writes its own section
+        from offsetbatch_dev.bench import growth
+
+        growth.main(["--docs", str(docs), "--allow-load"])
     png = None
     if "throughput" in phases:
         report.chart(datasets, samples, docs / "benchmarks.png")

@@ -1,0 +1,106 @@
+"""Retention: abandoned attempt folders, trash and rejected records past their time."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from offsetbatch import faults, storage
+from offsetbatch.maintenance.actions import Horizon
+from offsetbatch.jobspec import Manifest
+from offsetbatch.sinks.files_maintenance.layout import (RETENTION_DELETING, FilesTable, mtime, newest_mtime,
+                                                        parquet_rows, utc)
+from offsetbatch.sinks.staging import ATTEMPTS, LEGACY_ATTEMPTS
+
+log = logging.getLogger(__package__)
+
+
+@dataclass
+class RetentionPlan:
+    attempts: list[str] = field(default_factory=list)
+    trash: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    rejected_rows: int = 0
+    rejected_files: int = 0
+
+    def paths(self) -> list[str]:
+        return self.attempts + self.trash + self.rejected
+
+    def counts(self) -> dict[str, int]:
+        return {"attempts": len(self.attempts), "trash": len(self.trash), "rejected_folders": len(self.rejected),
+                "rejected_rows": self.rejected_rows, "rejected_files": self.rejected_files}
+
+
+def _abandoned(sink: FilesTable, folder: str, batch_id: int, attempt: str, horizon: Horizon,
+               locations: set[str]) -> bool:
+    """Whether an attempt folder can go: nothing written since the grace, and its batch published
+    from another attempt, or older than the retention. One a published manifest names stays."""
+    if folder in locations:
+        return False
+    newest = newest_mtime(folder)
+    if newest >= utc(horizon.grace_before).timestamp():
+        return False
+    if newest < utc(horizon.retain_before).timestamp():
+        return True
+    staged = storage.read_json_if_exists(f"{folder}/_manifest.json") or {}
+    output_id = staged.get("output_id", staged.get("batch_id", batch_id))
+    current = Manifest.load_if_exists(sink.layout.manifest(output_id))
+    return current is not None and current.attempt not in (None, attempt)
+
+
+def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
+    """What retention would delete now: changes nothing."""
+    found = RetentionPlan()
+    meta = sink.layout.meta
+    # on an object store published files stay in their attempt folder: never "abandoned"
+    locations = {m.location for m in sink.published_manifests().values() if m.location} if sink.in_place else set()
+    for area in (ATTEMPTS, LEGACY_ATTEMPTS):
+        for batch in storage.children(f"{meta}/{area}"):
+            if not batch.startswith("batch_id=") or not batch[len("batch_id="):].isdigit():
+                continue
+            for name in storage.children(f"{meta}/{area}/{batch}"):
+                folder = f"{meta}/{area}/{batch}/{name}"
+                if name.startswith("attempt=") and _abandoned(sink, folder, int(batch[len("batch_id="):]),
+                                                               name[len("attempt="):], horizon, locations):
+                    found.attempts.append(folder)
+    grace = utc(horizon.grace_before).timestamp()
+    for name in storage.children(f"{meta}/trash"):
+        entry = f"{meta}/trash/{name}"
+        if sink.in_place and name.endswith(".json"):
+            continue  # a note naming a replaced folder: the next publish's ``_sweep`` deletes both
+        if newest_mtime(entry) < grace:
+            found.trash.append(entry)
+    _plan_rejected(sink, horizon, found)
+    return found
+
+
+def _plan_rejected(sink: FilesTable, horizon: Horizon, found: RetentionPlan) -> None:
+    if sink.in_place:
+        return  # rejected records stay in their attempt folder, which the manifest names
+    before = utc(horizon.retain_before).timestamp()
+    for name in storage.children(sink.rejected.base):
+        if not name.startswith("batch_id=") or not name[len("batch_id="):].isdigit():
+            continue
+        output_id, folder = int(name[len("batch_id="):]), f"{sink.rejected.base}/{name}"
+        manifest = sink.layout.manifest(output_id)
+        when = mtime(manifest) if storage.exists(manifest) else newest_mtime(folder)
+        if when < before:
+            files = storage.files(folder)
+            found.rejected.append(folder)
+            found.rejected_files += len(files)
+            found.rejected_rows += sum(parquet_rows(f) for f in files)
+
+
+def apply_retention(sink: FilesTable, horizon: Horizon) -> dict[str, int]:
+    """Delete what ``plan_retention`` finds now (re-read: a batch may have published meanwhile)."""
+    found = plan_retention(sink, horizon)
+    for i, path in enumerate(found.paths()):
+        storage.remove(path)
+        if i == 0:
+            faults.checkpoint(RETENTION_DELETING)
+    counts = found.counts()
+    log.info("%s: retention deleted %d abandoned attempt folders, %d trash entries, %d rejected folders "
+             "(%d files, %d rows)", sink.where(), counts["attempts"], counts["trash"], counts["rejected_folders"],
+             counts["rejected_files"], counts["rejected_rows"])
+    return counts
+
