@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from offsetbatch import redact
 from offsetbatch.ledger import Ledger
 from offsetbatch.maintenance.actions import Action, Horizon
 from offsetbatch.maintenance.policy import MaintenanceSettings
@@ -142,7 +143,7 @@ def maintain(pipeline: Pipeline, ledger: Ledger, *, dry_run: bool = False, actor
     except Exception as exc:
         result.seconds = time.monotonic() - t0
         _audit(ledger, name, actor, {**result.to_dict(), "status": "failed",
-                                     "error": f"{type(exc).__name__}: {exc}"[:2000]})
+                                     "error": redact.url(f"{type(exc).__name__}: {exc}")[:2000]})
         raise
     result.seconds = time.monotonic() - t0
     _audit(ledger, name, actor, {**result.to_dict(), "status": "done"})

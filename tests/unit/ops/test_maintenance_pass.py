@@ -45,7 +45,7 @@ class Recorder:
     def action(self, step: str) -> Action:
         def apply() -> dict[str, int]:
             if step == self.fail_at:
-                raise OSError(f"disk full while {step}")
+                raise OSError(f"disk full while {step} (catalog postgresql://svc:s3cret@db/cat)")
             self.ran.append((step, self._lock_is_held()))
             return {"files": 2}
         return Action(step, "table /t", f"{step} of 2 file(s)", {"files": 2}, apply)
@@ -118,14 +118,15 @@ def test_a_pass_runs_each_sink_action_in_order_under_the_lock_and_is_audited(wir
     assert [a["done"] for a in done["actions"]] == [{"files": 2}, {"files": 2}]
 
 
-def test_a_failing_action_stops_the_pass_and_the_audit_says_where(wired):
+def test_a_failing_action_stops_the_pass_and_the_audit_says_where_without_secrets(wired):
     pipeline, ledger, rec = wired
     rec.fail_at = "retention"
     with pytest.raises(OSError, match="disk full while retention"):
         run.maintain(pipeline, ledger, actor="cli:tester", now=NOW)
     assert rec.ran == [("compact", True)]
     _, _, failed = _events(ledger)[-1]
-    assert failed["status"] == "failed" and failed["error"] == "OSError: disk full while retention"
+    assert failed["status"] == "failed"  # the stored error names the URL without its password
+    assert failed["error"] == "OSError: disk full while retention (catalog postgresql://svc:***@db/cat)"
     assert [a["done"] for a in failed["actions"]] == [{"files": 2}, None]
 
 

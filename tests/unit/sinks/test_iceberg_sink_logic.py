@@ -89,11 +89,11 @@ def test_markers_round_trip_and_the_live_outputs():
         return Snapshot(snapshot_id=i, sequence_number=i, timestamp_ms=i, manifest_list="x",
                         summary=Summary(Operation.APPEND, **props))
 
-    one = markers._marker(snap(1, markers.summary("p", 1, 1, "incremental", manifest, [])))
+    one = markers.marker_of(snap(1, markers.summary("p", 1, 1, "incremental", manifest, [])))
     assert (one.batch_id, one.output_id, one.kind, one.attempt, one.retired) == (1, 1, "incremental", "a1", ())
     assert one.ranges == ranges and one.manifest().rows_out == 9 and one.manifest().attempt == "a1"
-    replay = markers._marker(snap(3, markers.summary("p", 3, 1, "replay", manifest, [2])))
-    retire = markers._marker(snap(4, markers.retirement("p", [5])))
+    replay = markers.marker_of(snap(3, markers.summary("p", 3, 1, "replay", manifest, [2])))
+    retire = markers.marker_of(snap(4, markers.retirement("p", [5])))
     assert (retire.batch_id, retire.output_id, retire.retired) == (None, None, (5,))
-    assert markers._marker(snap(9, {"spark.app.id": "x"})) is None  # another writer's snapshot
+    assert markers.marker_of(snap(9, {"spark.app.id": "x"})) is None  # another writer's snapshot
     assert replay.retired == (2,)

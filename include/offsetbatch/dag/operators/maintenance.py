@@ -23,11 +23,13 @@ class MaintainOperator(BaseOperator):
         self.config_path = config_path
 
     def execute(self, context: Any) -> dict:
+        from offsetbatch.dag.retry_policy import fail_without_retry
         from offsetbatch.maintain import maintain
         from offsetbatch.pipeline import Pipeline
 
-        pipeline = Pipeline.load(self.config_path)
         dag_run = context.get("dag_run")
         actor = getattr(dag_run, "triggering_user_name", None) or f"airflow:{context.get('run_id')}"
-        with pipeline.ledger() as ledger:
-            return maintain(pipeline, ledger, actor=actor).to_dict()
+        with fail_without_retry():  # a bad config or a refused step fails every try alike
+            pipeline = Pipeline.load(self.config_path)
+            with pipeline.ledger() as ledger:
+                return maintain(pipeline, ledger, actor=actor).to_dict()

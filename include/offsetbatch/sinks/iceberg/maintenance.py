@@ -308,9 +308,9 @@ def expiry_plan(table: "Table", policy: "MaintenanceSettings", horizon: Horizon,
     in_chain = {s.snapshot_id for s in chain}
     others = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in in_chain and s.timestamp_ms < cutoff
               and s.snapshot_id not in heads and s.snapshot_id != protected]
-    archive = markers.archive_of(table)
-    folded = {s.snapshot_id for s in markers.after_archive(chain, archive)}
-    to_fold = [m for m in (markers._marker(s) for s in going if s.snapshot_id in folded) if m is not None]
+    ref = markers.archive_ref(table) or {}  # where the archive stops (the property: no file read)
+    folded = {s.snapshot_id for s in markers.after_archive(chain, markers.Archive(ref.get("through_snapshot_id")))}
+    to_fold = [m for m in (markers.marker_of(s) for s in going if s.snapshot_id in folded) if m is not None]
     return Expiry([s.snapshot_id for s in going] + others, going[-1].snapshot_id if going else None, to_fold,
                   len(table.snapshots()), len(to_fold))
 

@@ -91,7 +91,7 @@ class Published:
                         spark_version="", attempt=self.attempt)
 
 
-def _marker(snapshot: "Snapshot") -> Published | None:
+def marker_of(snapshot: "Snapshot") -> Published | None:
     props = dict(snapshot.summary.additional_properties) if snapshot.summary else {}
     if f"{PREFIX}pipeline" not in props:
         return None
@@ -225,7 +225,7 @@ def combined(archive: Archive | None, retained: Iterable[Published]) -> Iterator
 def history(table: "Table") -> Iterator[Published]:
     """Markers of the archive and the current snapshot's ancestry, oldest first."""
     archive = archive_of(table)
-    retained = (m for m in map(_marker, after_archive(ancestry(table), archive)) if m is not None)
+    retained = (m for m in map(marker_of, after_archive(ancestry(table), archive)) if m is not None)
     yield from combined(archive, retained)
 
 
@@ -263,5 +263,5 @@ def applied(table: "Table", batch_id: int) -> Published | None:
     (4.3 MiB gzipped, 121 MiB parsed, at 100,000 batches of 4 partitions)."""
     ref = archive_ref(table) or {}
     stub = Archive(ref.get("through_snapshot_id"), tuple(tuple(r) for r in ref.get("applied", ())))
-    retained = (m for m in map(_marker, after_archive(ancestry(table), stub)) if m is not None)
+    retained = (m for m in map(marker_of, after_archive(ancestry(table), stub)) if m is not None)
     return applied_in(stub, retained, batch_id)
