@@ -27,7 +27,9 @@ Maintenance (``files_maintenance``) compacts a closed day's batches into the fol
 first batch, ``batch_id=G`` (their rows then read with ``batch_id = G``; the manifests still map
 offsets to batches), and deletes abandoned attempts, old trash and old rejected records. A publish
 or retire first finishes a compaction a killed pass left half swapped, and a replay or retirement
-of a compacted batch first takes its rows out of its group's folder (``leave_group``).
+of a compacted batch first takes its rows out of its group's folder (``leave_group``). On an
+object store a group is a manifest, ``_offsetbatch/compactions/batch_id=G.json``, naming the
+compacted files (``files_maintenance.object_store``); readers read a group's members from it.
 """
 
 from __future__ import annotations
@@ -158,15 +160,19 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
 
     def _publish_in_place(self, batch_id: int, output_id: int, attempt: str) -> None:
         """The attempt's files stay where the job wrote them; the published manifest names them.
-        Steps, each idempotent: note the folder the manifest names now (it is replaced), write the
-        new manifest (the publication), delete the batch's other attempts, then the noted folder."""
+        Steps, each idempotent: finish a half-done group swap; for a compacted batch, its group takes
+        the attempt's files (``files_maintenance.object_store``); note the folder the manifest names
+        now (it is replaced), write the new manifest (the publication), delete the batch's other
+        attempts, then the noted folder."""
         layout, folder = self.layout, self.layout.attempt(batch_id, attempt)
         self._sweep()
+        files_maintenance.finish_pending(self)
         current = self._published(output_id)
         staged = layout.staging_manifest(batch_id, attempt)
         if current is None or current.location != folder:
             manifest = Manifest.load(staged)
             manifest.location = folder
+            files_maintenance.replace_member(self, output_id, attempt, manifest)  # a compacted batch's replay
             if current is not None and current.location:
                 self._note_trash(output_id, current.location)
             manifest.save(layout.manifest(output_id))
@@ -211,6 +217,8 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
             current = self._published(output_id)
             if current is not None and current.location:
                 self._note_trash(output_id, current.location)
+            files_maintenance.finish_pending(self)
+            files_maintenance.remove_member(self, output_id)  # its manifest first, then its group's files
             storage.remove(self.layout.manifest(output_id))
             self._sweep()
             return
@@ -237,8 +245,7 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
 
     def describe(self, output_id: int) -> str:
         if self.in_place:
-            current = self._published(output_id)
-            return f"{current.location}/data" if current and current.location else self.layout.manifest(output_id)
+            return self.locations(output_id)["data"]
         return self._data_folder(output_id)
 
     def _data_folder(self, output_id: int) -> str:
@@ -250,8 +257,10 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
         if self.in_place:
             current = self._published(output_id)
             folder = current.location if current and current.location else "(not published)"
-            return {"data": f"{folder}/data", "rejected": f"{folder}/rejected",
-                    "manifest": self.layout.manifest(output_id)}
+            group = files_maintenance.group_of(self, output_id)
+            data = (f"{folder}/data" if group is None
+                    else f"the files {files_maintenance.CompactionLayout(self.layout.meta).group(group)} names")
+            return {"data": data, "rejected": f"{folder}/rejected", "manifest": self.layout.manifest(output_id)}
         return {"data": self._data_folder(output_id), "rejected": self.rejected.of(output_id),
                 "manifest": self.layout.manifest(output_id)}
 
@@ -269,13 +278,22 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
 
     def _read_manifests(self, spark: "SparkSession", part: str) -> "DataFrame":
         """The files the published manifests name, each batch's with its output id as ``batch_id``
-        (``event_date`` from the folder names, as a plain read of the table has it on a disk)."""
+        (``event_date`` from the folder names, as a plain read of the table has it on a disk); a
+        compacted day's from its group manifest, as ``batch_id = G`` (as on a disk)."""
         from functools import reduce
 
         from pyspark.sql import functions as F
 
         frames = []
+        groups = files_maintenance.group_manifests(self) if part == "data" else []  # listed first: see object_store
+        for group in groups:
+            for base, files in files_maintenance.files_by_base(self, group).items():
+                frames.append(spark.read.option("basePath", base).parquet(*files)
+                              .withColumn("batch_id", F.lit(group.group)))
+        grouped = {m for group in groups for m in group.members}
         for output_id, manifest in self.published_manifests().items():
+            if output_id in grouped:
+                continue
             files = manifest.data_files if part == "data" else manifest.rejected_files
             if files:
                 base = f"{manifest.location}/{part}"

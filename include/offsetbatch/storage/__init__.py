@@ -165,6 +165,64 @@ def children(uri: str) -> list[str]:
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
 
 
+def info(uri: str) -> tuple[int, float]:
+    """(size in bytes, modification time as a UNIX timestamp) of the file ``uri``; on an object
+    store its object's (one HEAD)."""
+    with _fs_of(uri) as (fs, path):
+        entry = fs.info(path)
+    return int(entry.get("size") or 0), _timestamp(entry)
+
+
+def _timestamp(entry: dict) -> float:
+    """An fsspec entry's modification time: ``mtime`` (a float locally, a datetime from pyarrow's
+    S3), or ``created`` (fsspec's memory filesystem)."""
+    from datetime import datetime, timezone
+
+    when = entry.get("mtime") or entry.get("created") or entry.get("LastModified")
+    if isinstance(when, datetime):
+        when = (when if when.tzinfo else when.replace(tzinfo=timezone.utc)).timestamp()
+    return float(when or 0.0)
+
+
+def newest(uri: str) -> float:
+    """The newest modification time of anything under ``uri`` (a file, or a folder tree: an attempt
+    still writing keeps it young); 0 when nothing is there."""
+    with _fs_of(uri) as (fs, path):
+        if not fs.exists(path):
+            return 0.0
+        entries = dict(fs.find(path, detail=True, withdirs=True))
+        if not is_s3(uri):
+            entries[path] = fs.info(path)
+    return max((_timestamp(e) for e in entries.values()), default=0.0)
+
+
+@contextmanager
+def open_write(uri: str) -> Iterator[Any]:
+    """A binary file to write ``uri`` into (its folder made first on a disk). On an object store
+    the object appears when the file is closed, whole."""
+    with _fs_of(uri) as (fs, path):
+        if renames_are_cheap(uri):
+            fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with fs.open(path, "wb") as f:
+            yield f
+
+
+def read_parquet(uri: str):
+    """The Arrow table of one Parquet file."""
+    import pyarrow.parquet as pq
+
+    with _fs_of(uri) as (fs, path), fs.open(path, "rb") as f:
+        return pq.read_table(f)
+
+
+def parquet_rows(uri: str) -> int:
+    """The row count in a Parquet file's footer."""
+    import pyarrow.parquet as pq
+
+    with _fs_of(uri) as (fs, path), fs.open(path, "rb") as f:
+        return pq.ParquetFile(f).metadata.num_rows
+
+
 def parquet_schema(uri: str):
     """The Arrow schema in a Parquet file's footer (the file's data is not read)."""
     import pyarrow.parquet as pq

@@ -135,26 +135,41 @@ def check(table: str, valid_ids: set[str], malformed: list[tuple[int, int]] | No
 
 def object_store_rows(fs, table: str, columns: list[str], part: str = "data") -> dict[int, list[tuple]]:
     """Rows of each published batch of a files table on an object store, read with ``fs`` (a
-    pyarrow filesystem the caller built, not offsetbatch's): the manifests under
-    ``_offsetbatch/manifests/`` as JSON, then the Parquet files each names, with pyarrow."""
+    pyarrow filesystem the caller built, not offsetbatch's), as the layout is documented: the group
+    manifests under ``_offsetbatch/compactions/`` first (a compacted day: its files, named by their
+    path under the table's root, are its members' rows, keyed here by the group's id), then the
+    manifests under ``_offsetbatch/manifests/`` of every batch no group holds, and the Parquet files
+    each names."""
     import json
 
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     root = table.partition("://")[2]
-    found = fs.get_file_info(pafs.FileSelector(f"{root}/_offsetbatch/manifests", allow_not_found=True))
-    out: dict[int, list[tuple]] = {}
-    for info in sorted(found, key=lambda i: i.path):
-        if not info.path.endswith(".json"):
-            continue
-        with fs.open_input_stream(info.path) as f:
-            manifest = json.loads(f.read())
+
+    def manifests(folder: str) -> list[dict]:
+        found = fs.get_file_info(pafs.FileSelector(f"{root}/_offsetbatch/{folder}", allow_not_found=True))
+        out = []
+        for info in sorted(found, key=lambda i: i.path):
+            if info.type == pafs.FileType.File and info.base_name.startswith("batch_id=") and info.path.endswith(".json"):
+                with fs.open_input_stream(info.path) as f:
+                    out.append(json.loads(f.read()))
+        return out
+
+    def read(paths: list[str]) -> list[tuple]:
         rows: list[tuple] = []
-        for uri in manifest["data_files" if part == "data" else "rejected_files"]:
-            t = pq.read_table(uri.partition("://")[2], filesystem=fs, columns=columns)
+        for path in paths:
+            t = pq.read_table(path, filesystem=fs, columns=columns)
             rows.extend(zip(*(t.column(c).to_pylist() for c in columns)))
-        out[manifest["output_id"]] = rows
+        return rows
+
+    groups = manifests("compactions") if part == "data" else []
+    out = {g["group"]: read([f"{root}/{key}" for key in sorted(g["files"])]) for g in groups}
+    grouped = {m for g in groups for m in g["members"]}
+    for manifest in manifests("manifests"):
+        if manifest["output_id"] not in grouped:
+            files = manifest["data_files" if part == "data" else "rejected_files"]
+            out[manifest["output_id"]] = read([uri.partition("://")[2] for uri in files])
     return out
 
 

@@ -249,7 +249,7 @@ def test_retention_deletes_what_is_old_and_keeps_what_may_be_in_flight(tmp_path)
     planned_actions = sink.maintenance(policy, _horizon(policy))
     assert [a.step for a in planned_actions] == ["files.retention"]
     assert planned_actions[0].counts == {"attempts": 2, "trash": 1, "rejected_folders": 2, "rejected_rows": 6,
-                                         "rejected_files": 2}
+                                         "rejected_files": 2, "replaced_files": 0, "unnamed_folders": 0}
     assert _tree(sink.settings.path) == tree
     assert planned_actions[0].apply()["attempts"] == 2
     assert not Path(superseded_old).exists() and not Path(ancient).exists() and not old_trash.exists()

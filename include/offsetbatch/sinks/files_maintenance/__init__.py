@@ -1,8 +1,7 @@
 """Maintenance of a files sink's table: compaction of a closed day's small files, and retention of
 abandoned attempts, trash and rejected records (``FilesSink.maintenance``).
 
-**Compaction** (local disk and other rename filesystems; on an object store nothing is compacted
-yet). A *group* is the published batches whose manifests were published on the same closed UTC
+**Compaction.** A *group* is the published batches whose manifests were published on the same closed UTC
 day (before ``horizon.now``'s date), none of them compacted already, once the day holds at least
 ``min_input_files`` files smaller than ``target_file_size``. Its id ``G`` is its first member's
 output id. Each partition's (``event_date=D``, or the batch folder itself without an event time)
@@ -37,14 +36,22 @@ A crash between the two leaves N's rows nowhere, never twice, and the roll-forwa
 The group manifest notes each member's attempt, so publishing the same attempt again (a
 roll-forward) does not take it out of its group a second time.
 
+**On an object store** (nothing is renamed; ``object_store``) the group's files are written once,
+to ``_offsetbatch/compactions/files/G-<stamp>/[event_date=D/]``, files of at least the target size
+stay where their attempt wrote them, and the group manifest, one PUT through the same kind of
+intent, names them all by their path under the table's root: it is the publication. Readers read a
+group's members from it (``batch_id = G``) and every other batch from its own manifest. The
+members' small files are noted in ``_offsetbatch/compactions/expiring/`` and deleted by retention
+after the grace, when no reader can still be reading them.
+
 **Retention.** Attempt folders nothing has written to since ``grace_before`` whose batch was
 published from another attempt, or that are older than ``retain_before`` (an attempt of a planned
 batch may still be running: it is never younger than the grace); trash entries older than the
 grace; ``_rejected/batch_id=N`` of batches published before ``retain_before``.
 
 Modules: ``layout`` (where things are, the group manifest), ``intents`` (swaps written down first),
-``compaction``, ``groups`` (a member's replay or retirement), ``retention``; here, the actions of a
-pass.
+``compaction``, ``groups`` (a member's replay or retirement), ``object_store`` (the same by group
+manifest), ``retention``; here, the actions of a pass.
 """
 
 from __future__ import annotations
@@ -58,9 +65,12 @@ from offsetbatch.sinks.files_maintenance.compaction import GroupPlan, compact, p
 from offsetbatch.sinks.files_maintenance.groups import group_of, is_group_folder, leave_group
 from offsetbatch.sinks.files_maintenance.intents import finish_pending, orphaned_staging, pending_intents
 from offsetbatch.sinks.files_maintenance.layout import CompactionLayout, FilesTable, mib
+from offsetbatch.sinks.files_maintenance.object_store import (files_by_base, group_manifests, remove_member,
+                                                              replace_member)
 from offsetbatch.sinks.files_maintenance.retention import apply_retention, plan_retention
 
-__all__ = ["actions", "finish_pending", "group_of", "is_group_folder", "leave_group"]
+__all__ = ["CompactionLayout", "actions", "files_by_base", "finish_pending", "group_manifests", "group_of",
+           "is_group_folder", "leave_group", "remove_member", "replace_member"]
 log = logging.getLogger(__name__)
 
 
@@ -74,17 +84,16 @@ def actions(sink: FilesTable, policy: MaintenanceSettings, horizon: Horizon) -> 
                               f"finish {len(pending)} swap(s) a killed pass left, delete {len(orphans)} "
                               f"unswapped staged compaction(s)", {"pending": len(pending), "staged": len(orphans)},
                               lambda: _finish_all(sink)))
-    if sink.in_place:
-        log.info("%s: compaction of a table on an object store is not built yet; retention only", sink.where())
-    else:
-        planned += [_compaction_action(sink, policy, horizon, plan) for plan in plan_groups(sink, policy, horizon)]
+    planned += [_compaction_action(sink, policy, horizon, plan) for plan in plan_groups(sink, policy, horizon)]
     found = plan_retention(sink, horizon)
     if found.paths():
         c = found.counts()
         planned.append(Action(
             "files.retention", sink.target,
             f"delete {c['attempts']} abandoned attempt folder(s), {c['trash']} trash entr(ies), "
-            f"{c['rejected_folders']} rejected folder(s) ({c['rejected_files']} files, {c['rejected_rows']} rows)",
+            f"{c['rejected_folders']} rejected folder(s) ({c['rejected_files']} files, {c['rejected_rows']} rows)"
+            + (f", {c['replaced_files']} file(s) compaction replaced, {c['unnamed_folders']} unnamed group folder(s)"
+               if sink.in_place else ""),
             c, lambda: apply_retention(sink, horizon)))
     return planned
 

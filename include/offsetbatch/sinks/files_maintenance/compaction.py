@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections import defaultdict
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from datetime import date, timezone
 
@@ -18,7 +18,7 @@ from offsetbatch.maintenance.policy import MaintenanceSettings
 from offsetbatch.sinks.files_maintenance.intents import Intent, carry_out, finish_pending, write_intent
 from offsetbatch.sinks.files_maintenance.layout import (COMPACTION_STAGED, COMPACTION_SWAPPING, CompactionLayout,
                                                         FilesTable, GroupManifest, day_of, local_path, mib, mtime,
-                                                        now_iso, output_ids, parquet_rows, utc)
+                                                        now_iso, output_ids, root_relative, utc)
 
 log = logging.getLogger(__package__)
 
@@ -64,7 +64,17 @@ def _files_of(sink: FilesTable, output_id: int) -> list[InputFile]:
     for uri in storage.files(folder):
         rel = uri[len(local_path(folder)) + 1:]
         partition = rel.rsplit("/", 1)[0] if "/" in rel else ""
-        found.append(InputFile(output_id, partition, uri, os.stat(local_path(uri)).st_size))
+        found.append(InputFile(output_id, partition, uri, storage.info(uri)[0]))
+    return found
+
+
+def _named_files(output_id: int, manifest: Manifest) -> list[InputFile]:
+    """On an object store: the files a batch's manifest names (in its attempt's ``data/``)."""
+    base = f"{manifest.location}/data/"
+    found = []
+    for uri in manifest.data_files:
+        rel = uri[len(base):] if uri.startswith(base) else uri.rsplit("/", 1)[-1]
+        found.append(InputFile(output_id, rel.rsplit("/", 1)[0] if "/" in rel else "", uri, storage.info(uri)[0]))
     return found
 
 
@@ -78,18 +88,21 @@ def plan_groups(sink: FilesTable, policy: MaintenanceSettings, horizon: Horizon)
     by_day: dict[date, list[int]] = defaultdict(list)
     for output_id in sorted(output_ids(storage.children(f"{sink.layout.meta}/manifests"))):
         uri = sink.layout.manifest(output_id)
-        if output_id in done or not storage.exists(sink.layout.data(output_id)):
-            continue  # compacted already, a group folder's id, or a batch of no records
+        if output_id in done or not (sink.in_place or storage.exists(sink.layout.data(output_id))):
+            continue  # compacted already, a group folder's id, or (on a disk) a batch of no records
         day = day_of(mtime(uri))
         if day < today:
             by_day[day].append(output_id)
     plans = []
     for day, members in sorted(by_day.items()):
         members.sort()
-        files = [f for m in members for f in _files_of(sink, m)]
+        manifests = {m: Manifest.load(sink.layout.manifest(m)) for m in members} if sink.in_place else {}
+        if sink.in_place:  # a batch of no records names no file
+            members = [m for m in members if manifests[m].data_files]
+        files = [f for m in members for f in (_named_files(m, manifests[m]) if sink.in_place else _files_of(sink, m))]
         small = sum(1 for f in files if f.size < policy.target_file_size)
         if small >= policy.min_input_files:
-            manifests = {m: Manifest.load(sink.layout.manifest(m)) for m in members}
+            manifests = manifests or {m: Manifest.load(sink.layout.manifest(m)) for m in members}
             plans.append(GroupPlan(day, members, files, manifests))
     return plans
 
@@ -109,6 +122,7 @@ class _PartitionWriter:
         self.folder, self.partition, self.stamp, self.target = folder, partition, stamp, target
         self.spans: dict[str, list[list[int]]] = {}
         self._writer = None
+        self._files = ExitStack()  # the open output file
         self._rel = ""
         self._bytes = self._rows = 0
         self._count = 0
@@ -123,9 +137,8 @@ class _PartitionWriter:
 
         self._rel = self._rel_name(f"part-compacted-{self.stamp}-{self._count:05d}.parquet")
         self._count += 1
-        path = local_path(f"{self.folder}/{self._rel}")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        self._writer = pq.ParquetWriter(path, schema, compression="snappy")
+        out = self._files.enter_context(storage.open_write(f"{self.folder}/{self._rel}"))
+        self._writer = pq.ParquetWriter(out, schema, compression="snappy")
         self._bytes = self._rows = 0
         self.spans[self._rel] = []
 
@@ -141,6 +154,7 @@ class _PartitionWriter:
             self._flush()
             self._writer.close()
             self._writer = None
+            self._files.close()
 
     def add(self, member: int, table, size: int) -> None:
         if self._writer is not None and (self._bytes >= self.target or not table.schema.equals(self._writer.schema,
@@ -189,29 +203,25 @@ def _conform(table, schema):
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _stage_group(sink: FilesTable, plan: GroupPlan, staged: str, trash: str, stamp: int,
-                 target: int) -> tuple[dict[str, list[list[int]]], list[list[str]]]:
-    """Write the group's compacted files under ``staged``; return their spans, and the moves that
-    carry files of at least ``target`` bytes over unchanged (from where the swap put their folder)."""
-    import pyarrow.parquet as pq
-
+def _write_group(plan: GroupPlan, out: str, stamp: int,
+                 target: int) -> tuple[dict[str, list[list[int]]], list[tuple[InputFile, str, int]]]:
+    """Write the group's compacted files under ``out``; return their spans (relative to ``out``),
+    and the files of at least ``target`` bytes carried over unchanged: (file, its name in the
+    group's folder, rows)."""
     spans: dict[str, list[list[int]]] = {}
-    carried: list[list[str]] = []
+    carried: list[tuple[InputFile, str, int]] = []
     for partition, files in sorted(plan.partitions().items()):
-        writer = _PartitionWriter(staged, partition, stamp, target)
+        writer = _PartitionWriter(out, partition, stamp, target)
         schema = _unified([f.uri for f in files if f.size < target])
         try:
             for f in files:
                 if f.size >= target:
                     name = f"part-carried-{f.member}-{f.uri.rsplit('/', 1)[-1]}"
-                    rel = f"{partition}/{name}" if partition else name
-                    rows = parquet_rows(f.uri)
+                    rows = storage.parquet_rows(f.uri)
                     if rows:
-                        spans[rel] = [[f.member, 0, rows]]
-                        src_rel = f.uri[len(local_path(sink.layout.data(f.member))):]
-                        carried.append([f"{trash}/batch_id={f.member}{src_rel}", f"{staged}/{rel}"])
+                        carried.append((f, f"{partition}/{name}" if partition else name, rows))
                     continue
-                table = _conform(pq.ParquetFile(local_path(f.uri)).read(), schema)
+                table = _conform(storage.read_parquet(f.uri), schema)
                 if table.num_rows:
                     writer.add(f.member, table, f.size)
         finally:
@@ -229,23 +239,48 @@ def compact(sink: FilesTable, policy: MaintenanceSettings, horizon: Horizon, day
         log.info("%s: nothing to compact on %s any more", sink.where(), day)
         return {"groups": 0}
     g, stamp = plan.group, time.time_ns()
-    staged, trash = layout.staged(g, stamp), layout.trash(g, stamp)
-    spans, carried = _stage_group(sink, plan, staged, trash, stamp, policy.target_file_size)
+    out = layout.files(g, stamp) if sink.in_place else layout.staged(g, stamp)
+    spans, carried = _write_group(plan, out, stamp, policy.target_file_size)
     faults.checkpoint(COMPACTION_STAGED)
     manifest = GroupManifest(
         group=g, members=plan.members, files=spans,
         attempts={str(m): plan.manifests[m].attempt for m in plan.members},
         ranges={str(m): [asdict(r) for r in plan.manifests[m].ranges] for m in plan.members},
-        day=day.isoformat(), updated_at=now_iso())
-    moves = [[sink.layout.data(m), f"{trash}/batch_id={m}"] for m in plan.members]
-    moves += carried + [[staged, sink.layout.data(g)]]
-    intent = Intent(g, "compaction", moves, asdict(manifest), set_members=plan.members, trash=trash)
+        day=day.isoformat(), updated_at=now_iso(), in_place=sink.in_place)
+    intent = (_published_in_place if sink.in_place else _swapped_in)(sink, layout, plan, manifest, out, carried, stamp)
     write_intent(layout, intent)
     carry_out(layout, intent, COMPACTION_SWAPPING)
-    after = len(spans)
+    after = len(manifest.files)
     log.info("%s: compacted %s: %d batches (%d..%d), %d files (%s) into %d in batch_id=%d",
              sink.where(g), day, len(plan.members), plan.members[0], plan.members[-1], len(plan.files),
              mib(plan.bytes()), after, g)
     return {"groups": 1, "batches": len(plan.members), "files_before": len(plan.files), "files_after": after,
             "bytes_before": plan.bytes()}
+
+
+def _swapped_in(sink: FilesTable, layout: CompactionLayout, plan: GroupPlan, manifest: GroupManifest, staged: str,
+                carried: list[tuple[InputFile, str, int]], stamp: int) -> Intent:
+    """On a disk: the members' folders go to the trash, the files carried over come back from
+    there, and the staged folder becomes ``batch_id=G``."""
+    trash = layout.trash(plan.group, stamp)
+    moves = [[sink.layout.data(m), f"{trash}/batch_id={m}"] for m in plan.members]
+    for f, rel, rows in carried:
+        manifest.files[rel] = [[f.member, 0, rows]]
+        moves.append([f"{trash}/batch_id={f.member}{f.uri[len(local_path(sink.layout.data(f.member))):]}",
+                      f"{staged}/{rel}"])
+    moves.append([staged, sink.layout.data(plan.group)])
+    return Intent(plan.group, "compaction", moves, asdict(manifest), set_members=plan.members, trash=trash)
+
+
+def _published_in_place(sink: FilesTable, layout: CompactionLayout, plan: GroupPlan, manifest: GroupManifest,
+                        out: str, carried: list[tuple[InputFile, str, int]], stamp: int) -> Intent:
+    """On an object store nothing moves: the group manifest (one PUT) names the written files and
+    the carried ones where they are, and the members' small files expire after the grace."""
+    files = {root_relative(sink, f"{out}/{rel}"): spans for rel, spans in manifest.files.items()}
+    files.update({root_relative(sink, f.uri): [[f.member, 0, rows]] for f, _, rows in carried})
+    manifest.files = files
+    kept = {f.uri for f, _, _ in carried}
+    return Intent(plan.group, "compaction", [], asdict(manifest), set_members=plan.members,
+                  expire=[f.uri for f in plan.files if f.uri not in kept],
+                  expire_note=layout.expiry_note(plan.group, stamp))
 

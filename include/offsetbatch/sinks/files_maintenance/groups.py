@@ -4,7 +4,6 @@ files without its rows (``leave_group``, called by ``FilesSink.publish`` and ``r
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import asdict
 from typing import Iterable
@@ -12,7 +11,8 @@ from typing import Iterable
 from offsetbatch import faults, storage
 from offsetbatch.sinks.files_maintenance.intents import Intent, carry_out, write_intent
 from offsetbatch.sinks.files_maintenance.layout import (GROUP_LEFT, GROUP_SWAPPING, CompactionLayout, FilesTable,
-                                                        GroupManifest, local_path, now_iso, parquet_rows)
+                                                        GroupManifest, local_path, now_iso,
+                                                        partition_of)
 
 log = logging.getLogger(__package__)
 
@@ -73,35 +73,47 @@ def leave_group(sink: FilesTable, output_id: int, attempt: str | None = None, jo
 
 def _without_member(group: GroupManifest, member: int, data: str, staged: str, trash: str,
                     stamp: int) -> tuple[list[list[str]], dict[str, list[list[int]]]]:
-    """Rewrite (under ``staged``) each group file holding ``member``'s rows without them; the moves
-    that swap them in, and the group's files after."""
+    """On a disk: the moves that swap in the group's files without ``member``'s rows (rewritten
+    under ``staged``), and the group's files after."""
+    moves: list[list[str]] = []
+    files = {rel: spans for rel, spans in group.files.items() if not any(m == member for m, _, _ in spans)}
+    for rel, (new_rel, spans) in rewrite_without(group, member, data, staged, stamp).items():
+        moves.append([f"{data}/{rel}", f"{trash}/{rel}"])
+        if new_rel is not None:
+            moves.append([f"{staged}/{new_rel}", f"{data}/{new_rel}"])
+            files[new_rel] = spans
+    return moves, files
+
+
+def rewrite_without(group: GroupManifest, member: int, base: str, out: str,
+                    stamp: int) -> dict[str, tuple[str | None, list[list[int]]]]:
+    """Each of the group's files holding ``member``'s rows (``base``/its key), rewritten under
+    ``out`` without them: its key -> (the new file's path under ``out``, or ``None`` when no other
+    member's rows were in it; the new file's spans)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    moves: list[list[str]] = []
-    files: dict[str, list[list[int]]] = {}
+    replaced: dict[str, tuple[str | None, list[list[int]]]] = {}
     for k, (rel, spans) in enumerate(sorted(group.files.items())):
         if not any(m == member for m, _, _ in spans):
-            files[rel] = spans
             continue
-        moves.append([f"{data}/{rel}", f"{trash}/{rel}"])
         keep = [s for s in spans if s[0] != member and s[2] > s[1]]
         if not keep:
+            replaced[rel] = (None, [])
             continue
-        table = pq.ParquetFile(local_path(f"{data}/{rel}")).read()
+        table = storage.read_parquet(f"{base}/{rel}")
         parts, new_spans, at = [], [], 0
         for m, start, end in keep:
             parts.append(table.slice(start, end - start))
             new_spans.append([m, at, at + end - start])
             at += end - start
-        folder = rel.rsplit("/", 1)[0] + "/" if "/" in rel else ""
-        new_rel = f"{folder}part-compacted-{stamp}-r{k:05d}.parquet"
-        path = local_path(f"{staged}/{new_rel}")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(pa.concat_tables(parts), path, compression="snappy")
-        moves.append([f"{staged}/{new_rel}", f"{data}/{new_rel}"])
-        files[new_rel] = new_spans
-    return moves, files
+        partition = partition_of(rel)
+        new_rel = f"{partition}/" if partition else ""
+        new_rel += f"part-compacted-{stamp}-r{k:05d}.parquet"
+        with storage.open_write(f"{out}/{new_rel}") as f:
+            pq.write_table(pa.concat_tables(parts), f, compression="snappy")
+        replaced[rel] = (new_rel, new_spans)
+    return replaced
 
 
 def _joining_files(joining: str, member: int, data: str, stamp: int) -> list[tuple[str, str, int]]:
@@ -109,7 +121,7 @@ def _joining_files(joining: str, member: int, data: str, stamp: int) -> list[tup
     found = []
     base = local_path(joining)
     for uri in storage.files(joining):
-        rows = parquet_rows(uri)
+        rows = storage.parquet_rows(uri)
         if not rows:
             continue
         rel = uri[len(base) + 1:]

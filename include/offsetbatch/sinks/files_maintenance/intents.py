@@ -14,10 +14,14 @@ log = logging.getLogger(__package__)
 
 @dataclass
 class Intent:
-    """A swap written down before its first rename, so whoever finds it finishes it. ``moves`` run
-    in order, each only if its source is there and its target is not; then the group manifest is
-    written (``None``: deleted), pointers set and dropped, ``cleanup`` removed, the intent deleted,
-    and last ``trash`` (a crash before that leaves trash for retention, never a half swap)."""
+    """A swap written down before its first rename, so whoever finds it finishes it. ``before``
+    is removed first (a retired member's manifest on an object store: its rows must not be read
+    from its own files once the group no longer holds them); ``moves`` run in order, each only if
+    its source is there and its target is not; then the group manifest is written (``None``:
+    deleted), pointers set and dropped, ``expire`` noted in ``expire_note`` (files the swap
+    replaced, deleted by retention after the grace: a reader may still be reading them),
+    ``cleanup`` removed, the intent deleted, and last ``trash`` (a crash before that leaves trash
+    for retention, never a half swap)."""
 
     group: int
     why: str
@@ -27,6 +31,9 @@ class Intent:
     drop_members: list[int] = field(default_factory=list)
     cleanup: list[str] = field(default_factory=list)
     trash: str = ""
+    before: list[str] = field(default_factory=list)
+    expire: list[str] = field(default_factory=list)
+    expire_note: str = ""
 
 
 def write_intent(layout: CompactionLayout, intent: Intent) -> None:
@@ -36,6 +43,8 @@ def write_intent(layout: CompactionLayout, intent: Intent) -> None:
 def carry_out(layout: CompactionLayout, intent: Intent, point: str) -> int:
     """Do ``intent`` (idempotent: a rerun skips every step already done); the renames it made."""
     moved = 0
+    for path in intent.before:
+        storage.remove(path)
     for src, dst in intent.moves:
         if storage.exists(src) and not storage.exists(dst):
             storage.move(src, dst)
@@ -46,10 +55,14 @@ def carry_out(layout: CompactionLayout, intent: Intent, point: str) -> int:
         storage.remove(layout.group(intent.group))
     else:
         GroupManifest(**intent.manifest).save(layout.group(intent.group))
+    if point and not intent.moves:
+        faults.checkpoint(point)  # an object store's swap: the group manifest is written, its pointers not yet
     for member in intent.set_members:
         storage.write_json(layout.member(member), {"group": intent.group})
     for member in intent.drop_members:
         storage.remove(layout.member(member))
+    if intent.expire:
+        storage.write_json(intent.expire_note, {"group": intent.group, "why": intent.why, "files": intent.expire})
     for path in intent.cleanup:
         storage.remove(path)
     storage.remove(layout.pending(intent.group))

@@ -3,7 +3,6 @@ maintenance uses it, and the file-system readings every step shares (times, size
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 from typing import Iterable, Protocol
@@ -75,11 +74,30 @@ class CompactionLayout:
     def trash(self, group_id: int, stamp: int) -> str:
         return f"{self.meta}/trash/compaction-{group_id}-{stamp}"
 
+    # on an object store (nothing is renamed): where a group's files are written, and the notes of
+    # the files a swap replaced, deleted once no reader can still be reading them (``retention``)
+
+    @property
+    def files_base(self) -> str:
+        return f"{self.base}/files"
+
+    def files(self, group_id: int, stamp: int) -> str:
+        return f"{self.files_base}/{group_id}-{stamp}"
+
+    def expiry_note(self, group_id: int, stamp: int) -> str:
+        return f"{self.expiring}/{group_id}-{stamp}.json"
+
+    @property
+    def expiring(self) -> str:
+        return f"{self.base}/expiring"
+
 
 @dataclass
 class GroupManifest:
-    """What a group folder holds: per file (relative to ``batch_id=G``), the ``[member, start, end)``
-    row spans; each member's attempt and Kafka ranges."""
+    """What a group folder holds: per file (relative to ``batch_id=G``; ``in_place``: relative to
+    the table's root, anywhere in it), the ``[member, start, end)`` row spans; each member's
+    attempt and Kafka ranges. On an object store this manifest is the publication: the members'
+    rows are read from its files, not from the files their own manifests name."""
 
     group: int
     members: list[int]
@@ -88,6 +106,7 @@ class GroupManifest:
     ranges: dict[str, list[dict]] = field(default_factory=dict)
     day: str = ""
     updated_at: str = ""
+    in_place: bool = False
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))
@@ -110,35 +129,12 @@ def local_path(uri: str) -> str:
 
 
 def mtime(uri: str) -> float:
-    return os.stat(local_path(uri)).st_mtime
+    return storage.info(uri)[1]
 
 
 def newest_mtime(uri: str) -> float:
     """The newest modification time in a folder tree: an attempt still writing keeps it young."""
-    if storage.is_s3(uri):
-        return _newest_object(uri)
-    path = local_path(uri)
-    newest = os.stat(path).st_mtime
-    for folder, dirs, names in os.walk(path):
-        for name in dirs + names:
-            try:
-                newest = max(newest, os.stat(os.path.join(folder, name)).st_mtime)
-            except FileNotFoundError:
-                continue
-    return newest
-
-
-def _newest_object(uri: str) -> float:
-    """``_newest_mtime`` on an object store: the newest object under the prefix (0: none)."""
-    with storage._fs_of(uri) as (fs, path):
-        entries = fs.find(path, detail=True) if fs.exists(path) else {}
-    newest = 0.0
-    for entry in entries.values():
-        when = entry.get("mtime") or entry.get("created") or entry.get("LastModified")
-        if isinstance(when, datetime):
-            when = utc(when).timestamp()
-        newest = max(newest, float(when or 0.0))
-    return newest
+    return storage.newest(uri)
 
 
 def day_of(ts: float) -> date:
@@ -149,10 +145,21 @@ def utc(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 
-def parquet_rows(uri: str) -> int:
-    import pyarrow.parquet as pq
+def root_relative(sink: FilesTable, uri: str) -> str:
+    """``uri``'s path under the table's root (how an object store's group manifest names files)."""
+    root = sink.layout.root.rstrip("/") + "/"
+    if not uri.startswith(root):
+        raise ValueError(f"{sink.where()}: {uri} is not under the table's root {root}")
+    return uri[len(root):]
 
-    return pq.ParquetFile(local_path(uri)).metadata.num_rows
+
+def partition_of(rel: str) -> str:
+    """The Hive partition folders (``event_date=D``) a file's path ends in, before its name."""
+    folders = rel.split("/")[:-1]
+    n = len(folders)
+    while n and "=" in folders[n - 1]:
+        n -= 1
+    return "/".join(folders[n:])
 
 
 def mib(n: int) -> str:

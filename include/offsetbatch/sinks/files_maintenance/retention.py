@@ -1,4 +1,5 @@
-"""Retention: abandoned attempt folders, trash and rejected records past their time."""
+"""Retention: abandoned attempt folders, trash and rejected records past their time; on an object
+store also the files compaction replaced, once no reader can still be reading them."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from dataclasses import dataclass, field
 from offsetbatch import faults, storage
 from offsetbatch.maintenance.actions import Horizon
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.files_maintenance.layout import (RETENTION_DELETING, FilesTable, mtime, newest_mtime,
-                                                        parquet_rows, utc)
+from offsetbatch.sinks.files_maintenance.intents import pending_intents
+from offsetbatch.sinks.files_maintenance.layout import (RETENTION_DELETING, CompactionLayout, FilesTable, mtime,
+                                                        newest_mtime, utc)
+from offsetbatch.sinks.files_maintenance.object_store import group_manifests
 from offsetbatch.sinks.staging import ATTEMPTS, LEGACY_ATTEMPTS
 
 log = logging.getLogger(__package__)
@@ -22,13 +25,20 @@ class RetentionPlan:
     rejected: list[str] = field(default_factory=list)
     rejected_rows: int = 0
     rejected_files: int = 0
+    # an object store's compaction: files swaps replaced (``expired``, listed in ``notes``) and
+    # folders of group files no group names (a pass killed before its swap)
+    expired: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unnamed: list[str] = field(default_factory=list)
 
     def paths(self) -> list[str]:
-        return self.attempts + self.trash + self.rejected
+        """In deletion order: a note goes after the files it lists, so a killed pass leaves it to the next."""
+        return self.attempts + self.trash + self.rejected + self.expired + self.unnamed + self.notes
 
     def counts(self) -> dict[str, int]:
         return {"attempts": len(self.attempts), "trash": len(self.trash), "rejected_folders": len(self.rejected),
-                "rejected_rows": self.rejected_rows, "rejected_files": self.rejected_files}
+                "rejected_rows": self.rejected_rows, "rejected_files": self.rejected_files,
+                "replaced_files": len(self.expired), "unnamed_folders": len(self.unnamed)}
 
 
 def _abandoned(sink: FilesTable, folder: str, batch_id: int, attempt: str, horizon: Horizon,
@@ -52,8 +62,11 @@ def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
     """What retention would delete now: changes nothing."""
     found = RetentionPlan()
     meta = sink.layout.meta
-    # on an object store published files stay in their attempt folder: never "abandoned"
-    locations = {m.location for m in sink.published_manifests().values() if m.location} if sink.in_place else set()
+    # on an object store published files stay in their attempt folder, and a group names some of them
+    locations = set()
+    if sink.in_place:
+        locations = {m.location for m in sink.published_manifests().values() if m.location}
+        locations |= _attempts_groups_name(sink)
     for area in (ATTEMPTS, LEGACY_ATTEMPTS):
         for batch in storage.children(f"{meta}/{area}"):
             if not batch.startswith("batch_id=") or not batch[len("batch_id="):].isdigit():
@@ -71,7 +84,37 @@ def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
         if newest_mtime(entry) < grace:
             found.trash.append(entry)
     _plan_rejected(sink, horizon, found)
+    if sink.in_place:
+        _plan_group_files(sink, grace, found)
     return found
+
+
+def _attempts_groups_name(sink: FilesTable) -> set[str]:
+    """Attempt folders holding files a group names (a replay's, between the group's swap and its
+    manifest's publication)."""
+    root = sink.layout.root.rstrip("/")
+    return {f"{root}/{key.split('/data/', 1)[0]}" for g in group_manifests(sink) for key in g.files
+            if "/attempt=" in key and "/data/" in key}
+
+
+def _plan_group_files(sink: FilesTable, grace: float, found: RetentionPlan) -> None:
+    """On an object store: the files of the expiry notes past the grace, and group folders past the
+    grace whose files neither a group nor a pending swap names."""
+    layout = CompactionLayout(sink.layout.meta)
+    for name in storage.children(layout.expiring):
+        note = f"{layout.expiring}/{name}"
+        if name.endswith(".json") and mtime(note) < grace:
+            found.expired += (storage.read_json_if_exists(note) or {}).get("files", [])
+            found.notes.append(note)
+    root = sink.layout.root.rstrip("/")
+    named = {f"{root}/{key}" for g in group_manifests(sink) for key in g.files}
+    for uri in pending_intents(layout):
+        named |= {f"{root}/{key}" for key in ((storage.read_json_if_exists(uri) or {}).get("manifest") or {}).get(
+            "files", {})}
+    for name in storage.children(layout.files_base):
+        folder = f"{layout.files_base}/{name}"
+        if not any(uri.startswith(f"{folder}/") for uri in named) and newest_mtime(folder) < grace:
+            found.unnamed.append(folder)
 
 
 def _plan_rejected(sink: FilesTable, horizon: Horizon, found: RetentionPlan) -> None:
@@ -88,7 +131,7 @@ def _plan_rejected(sink: FilesTable, horizon: Horizon, found: RetentionPlan) -> 
             files = storage.files(folder)
             found.rejected.append(folder)
             found.rejected_files += len(files)
-            found.rejected_rows += sum(parquet_rows(f) for f in files)
+            found.rejected_rows += sum(storage.parquet_rows(f) for f in files)
 
 
 def apply_retention(sink: FilesTable, horizon: Horizon) -> dict[str, int]:
@@ -100,7 +143,8 @@ def apply_retention(sink: FilesTable, horizon: Horizon) -> dict[str, int]:
             faults.checkpoint(RETENTION_DELETING)
     counts = found.counts()
     log.info("%s: retention deleted %d abandoned attempt folders, %d trash entries, %d rejected folders "
-             "(%d files, %d rows)", sink.where(), counts["attempts"], counts["trash"], counts["rejected_folders"],
-             counts["rejected_files"], counts["rejected_rows"])
+             "(%d files, %d rows), %d files compaction replaced, %d unnamed group folders", sink.where(),
+             counts["attempts"], counts["trash"], counts["rejected_folders"], counts["rejected_files"],
+             counts["rejected_rows"], counts["replaced_files"], counts["unnamed_folders"])
     return counts
 
