@@ -116,6 +116,9 @@ class Manifest:
     # records the value format skipped as not changes (a Debezium heartbeat, ``formats.SKIP``):
     # neither rows nor rejected; rows_in = rows_out + rows_rejected + rows_skipped + the transform's filtered
     rows_skipped: int = 0
+    # a files table on an object store: rejected-record files past the maintenance retention, taken
+    # out of ``rejected_files`` (readers no longer read them) and about to be deleted
+    rejected_expired: list[str] = field(default_factory=list)
 
     def save(self, uri: str) -> None:
         storage.write_json(uri, asdict(self))

@@ -243,7 +243,8 @@ def test_retiring_every_member_on_s3_removes_the_group_and_its_files(day):
 
 # ---- SIGKILL at every step ---------------------------------------------------------------
 
-def _killed(sink: FilesSink, fs_conn: dict, call: str, point: str) -> None:
+def _killed(sink: FilesSink, fs_conn: dict, call: str, point: str, days_ahead: float = CLOSED,
+            min_input_files: int = 4) -> None:
     """Run ``call`` on the sink in a process of its own that is SIGKILLed at ``point``."""
     bucket = sink.settings.path.split("/")[2]
     code = f"""
@@ -255,8 +256,8 @@ from offsetbatch.sinks.files import FilesSink
 from offsetbatch.storage.s3 import S3Settings
 storage.register_s3({bucket!r}, S3Settings.from_fields("s3", {fs_conn['login']!r}, {fs_conn['password']!r},
                                                       {fs_conn['extra']!r}).filesystem())
-policy = MaintenanceSettings(target_file_size=MiB, min_input_files=4, retain="7d", in_flight_grace="2d")
-now = datetime.now(timezone.utc) + timedelta(days={CLOSED})
+policy = MaintenanceSettings(target_file_size=MiB, min_input_files={min_input_files}, retain="7d", in_flight_grace="2d")
+now = datetime.now(timezone.utc) + timedelta(days={days_ahead})
 horizon = Horizon(now, now - timedelta(days=7), now - timedelta(days=2), now - timedelta(days=90))
 sink = FilesSink.at({sink.settings.path!r}, "events", "s3")
 {call}
@@ -310,3 +311,26 @@ def test_a_retirement_on_s3_killed_while_swapping_its_group_is_finished(day, s3_
     assert _read(sink, fs) == _expected(expected)  # its manifest went first: never read from its own files
     sink.retire(7)
     assert _read(sink, fs) == _expected(expected) and 7 not in _group(sink)["members"]
+
+
+def test_rejected_records_on_s3_past_the_retention_go_even_from_a_killed_pass(day, s3_server):
+    """Rejected records stay in their attempt folder on an object store, named by the manifest: past
+    ``retain`` they are taken out of it and deleted; a pass killed after the first batch's leaves
+    every manifest naming only files that exist, and the next pass deletes the rest."""
+    sink, fs, expected = day
+    policy = POLICY.model_copy(update={"min_input_files": 1000})  # retention only
+    ranges = {i: m.ranges for i, m in sink.published_manifests().items()}
+    assert sink.maintenance(policy, _horizon(CLOSED)) == []  # within the retention
+    [planned] = sink.maintenance(policy, _horizon(8))
+    assert planned.counts["rejected_folders"] == 12 and planned.counts["rejected_rows"] == 36
+
+    _killed(sink, s3_server.connection(), PASS, where.RETENTION_DELETING, days_ahead=8, min_input_files=1000)
+    rejected = verify.object_store_rows(fs, sink.settings.path, ["raw_value"], "rejected")  # no file named is gone
+    assert 0 < sum(map(len, rejected.values())) < 36
+    [rest] = sink.maintenance(policy, _horizon(8))
+    rest.apply()
+    assert not [p for p in _objects(sink, fs) if "/rejected/" in p]
+    assert all(not m.rejected_files and not m.rejected_expired for m in sink.published_manifests().values())
+    assert {i: m.ranges for i, m in sink.published_manifests().items()} == ranges
+    assert _read(sink, fs) == _expected(expected)
+    assert sink.maintenance(policy, _horizon(8)) == []

@@ -47,7 +47,10 @@ after the grace, when no reader can still be reading them.
 **Retention.** Attempt folders nothing has written to since ``grace_before`` whose batch was
 published from another attempt, or that are older than ``retain_before`` (an attempt of a planned
 batch may still be running: it is never younger than the grace); trash entries older than the
-grace; ``_rejected/batch_id=N`` of batches published before ``retain_before``.
+grace; ``_rejected/batch_id=N`` of batches published before ``retain_before`` (on an object store
+the rejected files such a batch's manifest names: taken out of it, ``rejected_expired`` noting
+them until they are deleted, a PUT each; the rewrite dates the manifest, so a batch never
+compacted joins the group of the day its rejected records went).
 
 Modules: ``layout`` (where things are, the group manifest), ``intents`` (swaps written down first),
 ``compaction``, ``groups`` (a member's replay or retirement), ``object_store`` (the same by group
@@ -86,7 +89,7 @@ def actions(sink: FilesTable, policy: MaintenanceSettings, horizon: Horizon) -> 
                               lambda: _finish_all(sink)))
     planned += [_compaction_action(sink, policy, horizon, plan) for plan in plan_groups(sink, policy, horizon)]
     found = plan_retention(sink, horizon)
-    if found.paths():
+    if found.any():
         c = found.counts()
         planned.append(Action(
             "files.retention", sink.target,

@@ -30,13 +30,19 @@ class RetentionPlan:
     expired: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unnamed: list[str] = field(default_factory=list)
+    # an object store: published batches whose rejected records (in their attempt folder) go
+    rejected_of: list[int] = field(default_factory=list)
+
+    def any(self) -> bool:
+        return bool(self.paths() or self.rejected_of)
 
     def paths(self) -> list[str]:
         """In deletion order: a note goes after the files it lists, so a killed pass leaves it to the next."""
         return self.attempts + self.trash + self.rejected + self.expired + self.unnamed + self.notes
 
     def counts(self) -> dict[str, int]:
-        return {"attempts": len(self.attempts), "trash": len(self.trash), "rejected_folders": len(self.rejected),
+        return {"attempts": len(self.attempts), "trash": len(self.trash),
+                "rejected_folders": len(self.rejected) + len(self.rejected_of),
                 "rejected_rows": self.rejected_rows, "rejected_files": self.rejected_files,
                 "replaced_files": len(self.expired), "unnamed_folders": len(self.unnamed)}
 
@@ -63,9 +69,10 @@ def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
     found = RetentionPlan()
     meta = sink.layout.meta
     # on an object store published files stay in their attempt folder, and a group names some of them
-    locations = set()
+    locations, published = set(), {}
     if sink.in_place:
-        locations = {m.location for m in sink.published_manifests().values() if m.location}
+        published = sink.published_manifests()
+        locations = {m.location for m in published.values() if m.location}
         locations |= _attempts_groups_name(sink)
     for area in (ATTEMPTS, LEGACY_ATTEMPTS):
         for batch in storage.children(f"{meta}/{area}"):
@@ -83,10 +90,40 @@ def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
             continue  # a note naming a replaced folder: the next publish's ``_sweep`` deletes both
         if newest_mtime(entry) < grace:
             found.trash.append(entry)
-    _plan_rejected(sink, horizon, found)
     if sink.in_place:
+        _plan_rejected_in_place(sink, horizon, published, found)
         _plan_group_files(sink, grace, found)
+    else:
+        _plan_rejected(sink, horizon, found)
     return found
+
+
+def _plan_rejected_in_place(sink: FilesTable, horizon: Horizon, published: dict[int, Manifest],
+                            found: RetentionPlan) -> None:
+    """On an object store rejected records stay in their attempt folder, named by the batch's
+    manifest: those of batches published before the retention (or a killed pass's, half done)."""
+    before = utc(horizon.retain_before).timestamp()
+    for output_id, manifest in sorted(published.items()):
+        if manifest.rejected_expired or (manifest.rejected_files and mtime(sink.layout.manifest(output_id)) < before):
+            found.rejected_of.append(output_id)
+            found.rejected_files += len(manifest.rejected_files or manifest.rejected_expired)
+            found.rejected_rows += manifest.rows_rejected if manifest.rejected_files else 0
+
+
+def _expire_rejected(sink: FilesTable, output_id: int) -> None:
+    """Take the batch's rejected files out of its manifest (a PUT: readers stop reading them), delete
+    them, then clear the note; a pass killed between two steps leaves the next one the rest."""
+    uri = sink.layout.manifest(output_id)
+    manifest = Manifest.load_if_exists(uri)
+    if manifest is None:
+        return
+    if manifest.rejected_files:
+        manifest.rejected_expired, manifest.rejected_files = manifest.rejected_expired + manifest.rejected_files, []
+        manifest.save(uri)
+    for path in manifest.rejected_expired:
+        storage.remove(path)
+    manifest.rejected_expired = []
+    manifest.save(uri)
 
 
 def _attempts_groups_name(sink: FilesTable) -> set[str]:
@@ -118,8 +155,6 @@ def _plan_group_files(sink: FilesTable, grace: float, found: RetentionPlan) -> N
 
 
 def _plan_rejected(sink: FilesTable, horizon: Horizon, found: RetentionPlan) -> None:
-    if sink.in_place:
-        return  # rejected records stay in their attempt folder, which the manifest names
     before = utc(horizon.retain_before).timestamp()
     for name in storage.children(sink.rejected.base):
         if not name.startswith("batch_id=") or not name[len("batch_id="):].isdigit():
@@ -139,6 +174,10 @@ def apply_retention(sink: FilesTable, horizon: Horizon) -> dict[str, int]:
     found = plan_retention(sink, horizon)
     for i, path in enumerate(found.paths()):
         storage.remove(path)
+        if i == 0:
+            faults.checkpoint(RETENTION_DELETING)
+    for i, output_id in enumerate(found.rejected_of):
+        _expire_rejected(sink, output_id)
         if i == 0:
             faults.checkpoint(RETENTION_DELETING)
     counts = found.counts()
