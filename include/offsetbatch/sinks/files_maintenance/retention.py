@@ -172,14 +172,12 @@ def _plan_rejected(sink: FilesTable, horizon: Horizon, found: RetentionPlan) -> 
 def apply_retention(sink: FilesTable, horizon: Horizon) -> dict[str, int]:
     """Delete what ``plan_retention`` finds now (re-read: a batch may have published meanwhile)."""
     found = plan_retention(sink, horizon)
-    for i, path in enumerate(found.paths()):
-        storage.remove(path)
+    steps = [lambda p=path: storage.remove(p) for path in found.paths()]
+    steps += [lambda i=output_id: _expire_rejected(sink, i) for output_id in found.rejected_of]
+    for i, step in enumerate(steps):
+        step()
         if i == 0:
-            faults.checkpoint(RETENTION_DELETING)
-    for i, output_id in enumerate(found.rejected_of):
-        _expire_rejected(sink, output_id)
-        if i == 0:
-            faults.checkpoint(RETENTION_DELETING)
+            faults.checkpoint(RETENTION_DELETING)  # one thing deleted, the rest left to the next pass
     counts = found.counts()
     log.info("%s: retention deleted %d abandoned attempt folders, %d trash entries, %d rejected folders "
              "(%d files, %d rows), %d files compaction replaced, %d unnamed group folders", sink.where(),
