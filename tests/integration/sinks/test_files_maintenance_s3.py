@@ -178,23 +178,18 @@ def test_read_committed_reads_a_compacted_day_on_s3_through_spark(day, s3_server
     _apply(sink)
     extra = _stage(sink, fs, 13, "a13", 13)  # published after the compaction: read from its own manifest
     sink.publish(13, 13, "a13")
-    conn = s3_server.connection()
-    code = f"""
+    code = _child(sink) + f"""
 import json
 from pyspark.sql import SparkSession
-from offsetbatch import storage
-from offsetbatch.sinks.files import FilesSink
-from offsetbatch.storage.s3 import S3Settings
-settings = S3Settings.from_fields("s3", {conn['login']!r}, {conn['password']!r}, {conn['extra']!r})
-storage.register_s3({sink.settings.path.split('/')[2]!r}, settings.filesystem())
 spark = SparkSession.builder.remote({spark_connect_server.url!r}).create()
 for key, value in settings.hadoop_options().items():
     spark.conf.set(key, value)
-rows = FilesSink.at({sink.settings.path!r}, "events", "s3").read_committed(spark)
+rows = sink.read_committed(spark)
 got = [(r.offset, r.value, r.batch_id, str(r.event_date)) for r in rows.select("offset", "value", "batch_id", "event_date").collect()]
 print(json.dumps(got))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], env=_child_env(s3_server), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert Counter((o, v) for o, v, _, _ in got) == _expected({**expected, 13: extra})
@@ -243,26 +238,38 @@ def test_retiring_every_member_on_s3_removes_the_group_and_its_files(day):
 
 # ---- SIGKILL at every step ---------------------------------------------------------------
 
-def _killed(sink: FilesSink, fs_conn: dict, call: str, point: str, days_ahead: float = CLOSED,
-            min_input_files: int = 4) -> None:
-    """Run ``call`` on the sink in a process of its own that is SIGKILLed at ``point``."""
-    bucket = sink.settings.path.split("/")[2]
-    code = f"""
-from datetime import datetime, timedelta, timezone
+def _child(sink: FilesSink) -> str:
+    """The opening of a child process's code: the sink, its bucket reached with the server's
+    connection, which comes in the environment (``_child_env``), never on the command line."""
+    return f"""
+import json, os
 from offsetbatch import storage
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
 from offsetbatch.sinks.files import FilesSink
 from offsetbatch.storage.s3 import S3Settings
-storage.register_s3({bucket!r}, S3Settings.from_fields("s3", {fs_conn['login']!r}, {fs_conn['password']!r},
-                                                      {fs_conn['extra']!r}).filesystem())
+conn = json.loads(os.environ["OFFSETBATCH_TEST_S3_CONN"])
+settings = S3Settings.from_fields("s3", conn["login"], conn["password"], conn["extra"])
+storage.register_s3({sink.settings.path.split('/')[2]!r}, settings.filesystem())
+sink = FilesSink.at({sink.settings.path!r}, "events", "s3")
+"""
+
+
+def _child_env(s3_server) -> dict[str, str]:
+    return {**os.environ, "OFFSETBATCH_TEST_S3_CONN": json.dumps(s3_server.connection())}
+
+
+def _killed(sink: FilesSink, s3_server, call: str, point: str, days_ahead: float = CLOSED,
+            min_input_files: int = 4) -> None:
+    """Run ``call`` on the sink in a process of its own that is SIGKILLed at ``point``."""
+    code = _child(sink) + f"""
+from datetime import datetime, timedelta, timezone
+from offsetbatch.maintenance.actions import Horizon
+from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
 policy = MaintenanceSettings(target_file_size=MiB, min_input_files={min_input_files}, retain="7d", in_flight_grace="2d")
 now = datetime.now(timezone.utc) + timedelta(days={days_ahead})
 horizon = Horizon(now, now - timedelta(days=7), now - timedelta(days=2), now - timedelta(days=90))
-sink = FilesSink.at({sink.settings.path!r}, "events", "s3")
 {call}
 """
-    env = {**os.environ, "OFFSETBATCH_FAULTS": f"{point}:kill"}
+    env = {**_child_env(s3_server), "OFFSETBATCH_FAULTS": f"{point}:kill"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == -signal.SIGKILL, (done.returncode, done.stderr[-3000:])
 
@@ -274,7 +281,7 @@ PASS = "for action in sink.maintenance(policy, horizon):\n    action.apply()"
 def test_a_pass_on_s3_killed_while_compacting_is_finished_by_the_next(day, s3_server, point):
     sink, fs, expected = day
     manifests = {i: asdict(m) for i, m in sink.published_manifests().items()}
-    _killed(sink, s3_server.connection(), PASS, point)
+    _killed(sink, s3_server, PASS, point)
     assert _read(sink, fs) == _expected(expected)  # every row once, before the swap and after
     _apply(sink)
     assert _read(sink, fs) == _expected(expected)
@@ -294,7 +301,7 @@ def test_a_replay_on_s3_killed_while_swapping_its_group_is_rolled_forward(day, s
     sink, fs, expected = day
     _apply(sink)
     staged = _stage(sink, fs, 100, "r1", member, generation=2)
-    _killed(sink, s3_server.connection(), f"sink.publish(100, {member}, 'r1')", point)
+    _killed(sink, s3_server, f"sink.publish(100, {member}, 'r1')", point)
     assert max(_read(sink, fs).values()) == 1  # never a row twice
     sink.publish(100, member, "r1")  # the commit's roll-forward
     expected[member] = staged
@@ -306,7 +313,7 @@ def test_a_replay_on_s3_killed_while_swapping_its_group_is_rolled_forward(day, s
 def test_a_retirement_on_s3_killed_while_swapping_its_group_is_finished(day, s3_server, point):
     sink, fs, expected = day
     _apply(sink)
-    _killed(sink, s3_server.connection(), "sink.retire(7)", point)
+    _killed(sink, s3_server, "sink.retire(7)", point)
     del expected[7]
     assert _read(sink, fs) == _expected(expected)  # its manifest went first: never read from its own files
     sink.retire(7)
@@ -324,7 +331,7 @@ def test_rejected_records_on_s3_past_the_retention_go_even_from_a_killed_pass(da
     [planned] = sink.maintenance(policy, _horizon(8))
     assert planned.counts["rejected_folders"] == 12 and planned.counts["rejected_rows"] == 36
 
-    _killed(sink, s3_server.connection(), PASS, where.RETENTION_DELETING, days_ahead=8, min_input_files=1000)
+    _killed(sink, s3_server, PASS, where.RETENTION_DELETING, days_ahead=8, min_input_files=1000)
     rejected = verify.object_store_rows(fs, sink.settings.path, ["raw_value"], "rejected")  # no file named is gone
     assert 0 < sum(map(len, rejected.values())) < 36
     [rest] = sink.maintenance(policy, _horizon(8))

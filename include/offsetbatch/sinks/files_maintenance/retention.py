@@ -10,8 +10,8 @@ from offsetbatch import faults, storage
 from offsetbatch.maintenance.actions import Horizon
 from offsetbatch.jobspec import Manifest
 from offsetbatch.sinks.files_maintenance.intents import pending_intents
-from offsetbatch.sinks.files_maintenance.layout import (RETENTION_DELETING, CompactionLayout, FilesTable, mtime,
-                                                        newest_mtime, utc)
+from offsetbatch.sinks.files_maintenance.layout import (RETENTION_DELETING, CompactionLayout, FilesTable,
+                                                        GroupManifest, mtime, newest_mtime, utc)
 from offsetbatch.sinks.files_maintenance.object_store import group_manifests
 from offsetbatch.sinks.staging import ATTEMPTS, LEGACY_ATTEMPTS
 
@@ -69,11 +69,11 @@ def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
     found = RetentionPlan()
     meta = sink.layout.meta
     # on an object store published files stay in their attempt folder, and a group names some of them
-    locations, published = set(), {}
+    locations, published, groups = set(), {}, []
     if sink.in_place:
-        published = sink.published_manifests()
+        published, groups = sink.published_manifests(), group_manifests(sink)
         locations = {m.location for m in published.values() if m.location}
-        locations |= _attempts_groups_name(sink)
+        locations |= _attempts_named(sink, groups)
     for area in (ATTEMPTS, LEGACY_ATTEMPTS):
         for batch in storage.children(f"{meta}/{area}"):
             if not batch.startswith("batch_id=") or not batch[len("batch_id="):].isdigit():
@@ -92,7 +92,7 @@ def plan_retention(sink: FilesTable, horizon: Horizon) -> RetentionPlan:
             found.trash.append(entry)
     if sink.in_place:
         _plan_rejected_in_place(sink, horizon, published, found)
-        _plan_group_files(sink, grace, found)
+        _plan_group_files(sink, groups, grace, found)
     else:
         _plan_rejected(sink, horizon, found)
     return found
@@ -126,15 +126,15 @@ def _expire_rejected(sink: FilesTable, output_id: int) -> None:
     manifest.save(uri)
 
 
-def _attempts_groups_name(sink: FilesTable) -> set[str]:
+def _attempts_named(sink: FilesTable, groups: list[GroupManifest]) -> set[str]:
     """Attempt folders holding files a group names (a replay's, between the group's swap and its
     manifest's publication)."""
     root = sink.layout.root.rstrip("/")
-    return {f"{root}/{key.split('/data/', 1)[0]}" for g in group_manifests(sink) for key in g.files
+    return {f"{root}/{key.split('/data/', 1)[0]}" for g in groups for key in g.files
             if "/attempt=" in key and "/data/" in key}
 
 
-def _plan_group_files(sink: FilesTable, grace: float, found: RetentionPlan) -> None:
+def _plan_group_files(sink: FilesTable, groups: list[GroupManifest], grace: float, found: RetentionPlan) -> None:
     """On an object store: the files of the expiry notes past the grace, and group folders past the
     grace whose files neither a group nor a pending swap names."""
     layout = CompactionLayout(sink.layout.meta)
@@ -144,7 +144,7 @@ def _plan_group_files(sink: FilesTable, grace: float, found: RetentionPlan) -> N
             found.expired += (storage.read_json_if_exists(note) or {}).get("files", [])
             found.notes.append(note)
     root = sink.layout.root.rstrip("/")
-    named = {f"{root}/{key}" for g in group_manifests(sink) for key in g.files}
+    named = {f"{root}/{key}" for g in groups for key in g.files}
     for uri in pending_intents(layout):
         named |= {f"{root}/{key}" for key in ((storage.read_json_if_exists(uri) or {}).get("manifest") or {}).get(
             "files", {})}
