@@ -1,7 +1,8 @@
 """offsetbatch: exactly-once Kafka micro-batches, planned in an offsets ledger, run by Airflow and Spark.
 
-A custom DAG file builds one pipeline's DAG with ``from offsetbatch import pipeline_dag``
-(``offsetbatch.dag.factory``); importing the package itself loads nothing else.
+A custom DAG file builds one pipeline's DAG with ``from offsetbatch import pipeline_dag`` (and its
+maintenance DAG with ``maintenance_dag``; ``offsetbatch.dag.factory``); importing the package
+itself loads nothing else.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["pipeline_dag", "pipeline_dags"]
+__all__ = ["maintenance_dag", "pipeline_dag", "pipeline_dags"]
 
 
 def __getattr__(name: str) -> Any:

@@ -109,6 +109,16 @@ class SinkTargetError(SinkError):
     someone must create it, so the task fails without retries, before the ledger transaction."""
 
 
+class MarkersArchiveMissingError(SinkTargetError, FileNotFoundError):
+    """The Iceberg markers archive a table property names is gone: which batches the expired
+    snapshots published is unknown until it is restored, so no retry can help."""
+
+
+class MaintenanceError(OffsetbatchError):
+    """A maintenance pass failed on an error of the sink's or catalog's own (the pass's audit event
+    says which actions were done; the next pass finishes each)."""
+
+
 class ArtifactError(OffsetbatchError):
     """A Java artifact (Kafka broker, Spark connector) is not cached; the message says what to do."""
 

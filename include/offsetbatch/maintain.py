@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -59,10 +60,12 @@ class Pass:
     rolled_forward: list[int] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
     seconds: float = 0.0
+    pass_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])  # pairs its audit events
 
     def to_dict(self) -> dict:
-        return {"pipeline": self.pipeline, "dry_run": self.dry_run, "now": self.horizon.now.isoformat(),
-                "retain_before": self.horizon.retain_before.isoformat(),
+        return {"pipeline": self.pipeline, "pass_id": self.pass_id, "dry_run": self.dry_run,
+                "now": self.horizon.now.isoformat(), "retain_before": self.horizon.retain_before.isoformat(),
+                "grace_before": self.horizon.grace_before.isoformat(),
                 "ledger_before": self.horizon.ledger_before.isoformat(),
                 "rolled_forward": self.rolled_forward, "actions": [o.to_dict() for o in self.outcomes],
                 "seconds": round(self.seconds, 3)}
@@ -75,21 +78,22 @@ def plan(pipeline: Pipeline, ledger: Ledger, when: Horizon) -> list[tuple[Action
     sink = pipeline.sink
     policy = pipeline.cfg.maintenance
     planned = [(a, True) for a in sink.maintenance(policy, when)] if isinstance(sink, Maintained) else []
-    planned += [(a, False) for a in ledger_history.actions(ledger, pipeline.name, when)]
-    specs = _job_specs_action(pipeline, ledger)
+    history = ledger_history.actions(ledger, pipeline.name, when)
+    planned += [(a, False) for a in history]
+    specs = _job_specs_action(pipeline, ledger, summarizing=bool(history))
     return planned + ([(specs, True)] if specs else [])
 
 
-def _job_specs_action(pipeline: Pipeline, ledger: Ledger) -> Action | None:
+def _job_specs_action(pipeline: Pipeline, ledger: Ledger, summarizing: bool) -> Action | None:
     """The job specs (``_offsetbatch/plans/``, every sink) of batches the ledger has summarized: a
     replay reads its target's spec (the schemas it was decoded with), and a summarized batch can no
-    longer be replayed. Run after the ledger's actions, so a pass drops what it summarized."""
+    longer be replayed. Run after the ledger's actions, so a pass drops what it summarized; planned
+    only when there is something to drop now, or the ledger's actions will summarize (``summarizing``:
+    how many is known once they ran)."""
     from offsetbatch import storage
 
     layout = pipeline.sink.staging
     folder = f"{layout.meta}/plans"
-    if not storage.exists(folder):
-        return None
 
     def summarized() -> list[str]:
         with ledger.reading() as conn:
@@ -106,8 +110,14 @@ def _job_specs_action(pipeline: Pipeline, ledger: Ledger) -> Action | None:
         for uri in gone:
             storage.remove(uri)
         return {"job_specs": len(gone)}
-    return Action("staging.drop-job-specs", folder, "delete the job specs of batches the ledger has summarized "
-                  "(no replay reads them any more)", {}, apply)
+    if not storage.exists(folder):
+        return None
+    found = summarized()
+    if not (found or summarizing):
+        return None
+    return Action("staging.drop-job-specs", folder, f"delete the job specs of batches the ledger has summarized "
+                  f"({len(found)} now{', more once the ledger history is summarized' if summarizing else ''}; no "
+                  f"replay reads them any more)", {"job_specs": len(found)}, apply)
 
 
 def maintain(pipeline: Pipeline, ledger: Ledger, *, dry_run: bool = False, actor: str | None = None,
@@ -128,7 +138,8 @@ def maintain(pipeline: Pipeline, ledger: Ledger, *, dry_run: bool = False, actor
             log.info("pipeline %s maintenance (dry run): would %s", name, o.action.describe())
         result.seconds = time.monotonic() - t0
         return result
-    _audit(ledger, name, actor, {"status": "started", "actions": [o.to_dict() for o in result.outcomes]})
+    _audit(ledger, name, actor, {"status": "started", "pass_id": result.pass_id,
+                                 "actions": [o.to_dict() for o in result.outcomes]})
     try:
         for outcome, (action, serialized) in zip(result.outcomes, planned):
             started = time.monotonic()
@@ -140,7 +151,7 @@ def maintain(pipeline: Pipeline, ledger: Ledger, *, dry_run: bool = False, actor
             outcome.seconds = time.monotonic() - started
             log.info("pipeline %s maintenance: %s done in %.1fs: %s", name, action.describe(), outcome.seconds,
                      _figures(outcome.done))
-    except Exception as exc:
+    except BaseException as exc:  # also a task Airflow terminates or times out: audited, then raised
         result.seconds = time.monotonic() - t0
         _audit(ledger, name, actor, {**result.to_dict(), "status": "failed",
                                      "error": redact.url(f"{type(exc).__name__}: {exc}")[:2000]})

@@ -68,10 +68,14 @@ def pipeline_dags(sources: str | None = None) -> dict:
     for cfg in found.configs.values():
         try:
             dags[cfg.dag_id] = _build(Pipeline(cfg), Path(cfg.source_file))
-            if cfg.maintenance.schedule:
-                dags[cfg.maintenance_dag_id] = _build_maintenance(cfg, Path(cfg.source_file))
         except Exception as exc:  # noqa: BLE001 - one pipeline's DAG must never hide the others'
             log.error("offsetbatch: pipeline config skipped, it has no DAG: %s", _build_error(cfg, exc))
+            continue
+        if cfg.maintenance.schedule:
+            try:
+                dags[cfg.maintenance_dag_id] = _build_maintenance(cfg, Path(cfg.source_file))
+            except Exception as exc:  # noqa: BLE001 - nor its maintenance DAG the pipeline's
+                log.error("offsetbatch: pipeline %s has no maintenance DAG: %s", cfg.name, _build_error(cfg, exc))
     return dags
 
 
@@ -194,8 +198,7 @@ def _build(pipeline: Pipeline, path: Path):
 
 def _build_maintenance(cfg, path: Path):
     """The pipeline's maintenance DAG (``maintenance.schedule``): one task, in the pipeline's pool."""
-    from airflow.sdk import dag
-    from airflow.timetables.trigger import CronTriggerTimetable
+    from airflow.sdk import CronTriggerTimetable, dag
 
     from offsetbatch.dag.operators.maintenance import MaintainOperator
 
@@ -211,7 +214,7 @@ def _build_maintenance(cfg, path: Path):
         catchup=False,
         max_active_runs=1,
         tags=["offsetbatch", "maintenance", *cfg.airflow.tags],
-        default_args={"owner": cfg.airflow.owner, "retries": 1,
+        default_args={"owner": cfg.airflow.owner, "retries": cfg.airflow.retries,
                       "retry_delay": timedelta(seconds=cfg.airflow.retry_delay_seconds), "pool": cfg.pool},
     )
     def offsetbatch_maintenance():

@@ -126,7 +126,7 @@ def migrate(engine: sa.Engine) -> int:
         current = conn.execute(sa.select(sa.func.max(schema.schema_version.c.version))).scalar() or 0
         if current > schema.LATEST:
             raise LedgerError(
-                f"the ledger at {engine.url.render_as_string()} has schema version {current}, newer than this "
+                f"the ledger at {engine.url.render_as_string(hide_password=True)} has schema version {current}, newer than this "
                 f"offsetbatch ({schema.LATEST}); upgrade offsetbatch"
             )
         for version in range(current + 1, schema.LATEST + 1):

@@ -38,9 +38,11 @@ from kafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
 
+from offsetbatch import redact
 from offsetbatch.commit import ownership
 from offsetbatch.config import PIPELINES_DIR, installed
-from offsetbatch.errors import ConfigError, KafkaUnreachableError, OffsetbatchError, PipelineError
+from offsetbatch.errors import (ConfigError, KafkaUnreachableError, MaintenanceError, OffsetbatchError,
+                               PipelineError)
 from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
 from offsetbatch.ops import report
 from offsetbatch.ops.status import batch_dict, pipeline_status
@@ -249,7 +251,15 @@ def cmd_maintain(args, out: Console) -> int:
 
     pipeline = _pipeline(args)
     with _ledger(pipeline) as ledger:
-        result = maintain(pipeline, ledger, dry_run=args.dry_run, actor=f"cli:{getpass.getuser()}")
+        try:
+            result = maintain(pipeline, ledger, dry_run=args.dry_run, actor=f"cli:{getpass.getuser()}")
+        except (OffsetbatchError, KafkaError):
+            raise  # already one line naming the pipeline and what to do
+        except Exception as exc:  # noqa: BLE001 - a sink's or catalog's own error, maybe after some actions
+            raise MaintenanceError(
+                f"pipeline {pipeline.name}: the maintenance pass failed: {redact.url(f'{type(exc).__name__}: {exc}')}"
+                f". `offsetbatch events {pipeline.name}` shows which of its actions were done; each is finished by "
+                f"the next pass, so fix the cause and run it again.") from exc
     if args.json:
         _print_json(out, result.to_dict())
         return EXIT_OK

@@ -19,6 +19,7 @@ from typing import Literal
 from offsetbatch.config import Caps
 from offsetbatch.errors import DataLossError, PartitionVanishedError, TopicNotFoundError
 from offsetbatch.ledger import Ledger
+from offsetbatch.ledger.errors import SummarizedBatchError
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 from offsetbatch.plan.replay import plan_window, replay_targets
@@ -168,6 +169,25 @@ def _start_offsets(pipeline: Pipeline, kafka: KafkaAdmin, new: set[TopicPartitio
     return kafka.offsets_for_time(new, cfg.start_timestamp_ms)
 
 
+def refuse_a_summarized_run(ledger: Ledger, conn, name: str, run: RunInfo) -> None:
+    """A run with no batch whose interval ended before the last batch ledger maintenance summarized
+    is an old run cleared after its batch was summarized: re-running it cannot repeat the ranges it
+    read, and planning the next batch under its old id would give today's records a past interval."""
+    done = ledger.history_totals(conn, name)
+    end = run.data_interval_end
+    if done is None or done.last_committed_at is None or end is None:
+        return
+    last = done.last_committed_at if done.last_committed_at.tzinfo else done.last_committed_at.replace(tzinfo=timezone.utc)
+    if end > last:
+        return
+    raise SummarizedBatchError(
+        f"pipeline {name}: run {run.run_id} (interval ending {end.isoformat()}) has no batch in the ledger, and its "
+        f"interval ends before the batches ledger maintenance summarized (committed until {last.isoformat()}, "
+        f"maintenance.ledger_retain): it is an old run whose batch was summarized, so re-running it cannot repeat "
+        f"what it read. Nothing was planned. Its records are in the target already; to read offsets again, rewind "
+        f"(offsetbatch reset) after the summarized history, or trigger a new run.")
+
+
 def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
     """Decide this run's batch. Idempotent per Airflow run; serialized per pipeline by the ledger lock."""
     cfg = pipeline.cfg
@@ -183,6 +203,7 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
             log.info("pipeline %s batch %d: run %s already planned it (%s); ranges unchanged: %s",
                      name, own.batch_id, run.run_id, own.status, own.describe_ranges())
             return PlanResult(outcome, [own])
+        refuse_a_summarized_run(ledger, conn, name, run)
         if run.trigger is not None:  # the status and the UI say when the trigger last fired, and why
             ledger.event(conn, name, "run_triggered", {**run.trigger, "run_id": run.run_id})
         pending = ledger.pending(conn, name)

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 
 from offsetbatch.errors import RunRequestError
 from offsetbatch.ledger import Ledger
+from offsetbatch.ledger.errors import SummarizedBatchError
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Gap, TopicPartition
 from offsetbatch.plan.request import MAX_RESET_SKIP, ResetTarget, RunRequest, check_reason
@@ -116,6 +117,26 @@ def _requested(name: str, kafka: KafkaAdmin, target: ResetTarget,
     return dict(target.offsets)
 
 
+def _refuse_summarized(ledger: Ledger, conn: sa.Connection, name: str, target: ResetTarget, wanted: dict,
+                       positions: dict, bounds: dict) -> None:
+    """A rewind into offsets ledger maintenance summarized is refused while planning (a dry run says
+    so too, naming what was asked): those batches' ranges are gone, so their output could not be
+    superseded and would be read twice. ``Ledger.move_frontier`` refuses it again when applied."""
+    spans = ledger.history_spans(conn, name)
+    for tp, to in sorted(positions.items()):
+        span = spans.get(tp)
+        if span is None or tp not in bounds or to >= bounds[tp][1] or to >= span.until_offset:
+            continue
+        asked = wanted.get(tp, to)
+        snapped = f" (asked {asked}; a rewind starts over at the start of each batch it reaches)" if asked != to else ""
+        raise SummarizedBatchError(
+            f"pipeline {name}: resetting to {target.describe()} rewinds {tp} to offset {to}{snapped}, into history "
+            f"summarized by ledger maintenance (offsets [{span.from_offset}, {span.until_offset}) of batches "
+            f"{span.first_batch_id} to {span.last_batch_id}); their ranges are gone, so their output could not be "
+            f"superseded and would be read twice. Nothing was changed. Rewind {tp} to offset {span.until_offset} "
+            f"or later.")
+
+
 def plan_reset(pipeline: Pipeline, ledger: Ledger, conn: sa.Connection, kafka: KafkaAdmin,
                target: ResetTarget, allow_rewind: bool) -> ResetPlan:
     """Validate ``target`` and work out every change; raises ``RunRequestError`` naming the bad value."""
@@ -151,6 +172,7 @@ def plan_reset(pipeline: Pipeline, ledger: Ledger, conn: sa.Connection, kafka: K
                 for r in rs:
                     now = positions.get(r.tp, bounds.get(r.tp, (0, r.from_offset))[1])
                     positions[r.tp] = min(now, r.from_offset)
+    _refuse_summarized(ledger, conn, name, target, wanted, positions, bounds)
     if superseded and not allow_rewind:
         rewound = [f"{tp} {bounds[tp][1]}->{o}" for tp, o in sorted(wanted.items()) if tp in bounds and o < bounds[tp][1]]
         raise RunRequestError(

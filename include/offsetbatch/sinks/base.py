@@ -428,7 +428,8 @@ class Maintained(ABC):
     """Trait of a sink whose target grows with every batch (snapshots, small files, attempt folders)
     and that can be maintained without touching what exactly-once needs: its markers, the output of
     a batch not yet published, the files of an attempt still in flight. ``offsetbatch maintain``
-    calls this under the pipeline's ledger lock, after every committed batch is published."""
+    calls this after publishing what was committed, and applies each action under the pipeline's
+    ledger lock; a batch committed meanwhile is younger than ``in_flight_grace``."""
 
     @abstractmethod
     def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:

@@ -1,7 +1,7 @@
 """Maintenance between real runs (issue 43): hourly runs through Airflow on the real broker and
 Spark, then ``offsetbatch maintain`` as an operator runs it (the CLI, its own process), SIGKILLed
-in the middle of a step, runs going on meanwhile, the next pass finishing what the killed one
-began, and a replay of a batch whose history the pass had rewritten (its Iceberg snapshot expired
+in the middle of a step, the next hourly run going on right after it, the next pass finishing what
+the killed one began (no intent left), and a replay of a batch whose history the pass had rewritten (its Iceberg snapshot expired
 and its files compacted; its files-sink folder compacted). Afterwards every valid record is in the
 table exactly once, read by a reader that is not the sink's (pyiceberg's scan; pyarrow over the
 table folder), the markers still name every published batch (``ledger rebuild`` reads the same
@@ -30,6 +30,7 @@ from harness import HELPER, RUNNER, RunOutcome, sample_sink
 from offsetbatch.commit.rebuild import plan_rebuild
 from offsetbatch.config import PIPELINES_DIR, load_config
 from offsetbatch.pipeline import Pipeline as Loaded
+from offsetbatch.sinks.iceberg.maintenance import INTENT_PREFIX
 from offsetbatch.sinks.iceberg.rewrite import batch_bounds
 from offsetbatch_dev import verify
 
@@ -151,6 +152,8 @@ def test_runs_go_on_through_a_killed_maintenance_pass_and_a_replay_of_rewritten_
     changed = {a["step"]: a["done"] for a in json.loads(done.stdout)["actions"]}
     assert any(v for d in changed.values() for v in (d or {}).values()), changed  # the pass finished the work
     _assert_rewritten(p, sink)  # batch 2's history is no longer what its run wrote
+    intents = [f for f in Path(p.root).rglob("*") if f.name.startswith(INTENT_PREFIX) or f.name.startswith("pending-")]
+    assert not intents, intents  # the killed pass's half-done step was finished
 
     out = p.run(None, conf={"mode": "replay", "batch_ids": "2", "reason": "after maintenance"})
     assert out.ok, out.output[-4000:]

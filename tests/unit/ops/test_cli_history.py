@@ -3,6 +3,8 @@ kept batches as before, one line saying what was summarized, and a summarized ba
 
 from __future__ import annotations
 
+import json
+
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -45,6 +47,8 @@ def test_batches_lists_what_is_kept_and_one_line_for_the_summary(tmp_path, capsy
     out = capsys.readouterr().out
     assert "2 batches before 3 summarized by maintenance (ids 1..2" in " ".join(out.split())
     assert "t/0 [0, 200), t/1 [0, 50)" in " ".join(out.split())
+    assert cli.main(["--pipelines", str(folder), "--json", "batches", "orders"]) == cli.EXIT_OK
+    assert [b["batch_id"] for b in json.loads(capsys.readouterr().out)] == [3]  # what is kept, and only that
 
 
 def test_a_summarized_batch_is_named_as_such(tmp_path, capsys):

@@ -130,6 +130,35 @@ def test_a_failing_action_stops_the_pass_and_the_audit_says_where_without_secret
     assert [a["done"] for a in failed["actions"]] == [{"files": 2}, None]
 
 
+def test_a_pass_the_task_runner_terminates_is_audited_as_failed_and_its_events_pair(wired):
+    """Airflow ends a timed-out or killed-by-the-UI task with a ``BaseException``: the audit says so."""
+    pipeline, ledger, rec = wired
+
+    class Terminated(BaseException):
+        pass
+
+    def stop() -> dict[str, int]:
+        raise Terminated("task received SIGTERM")
+    pipeline.sink.maintenance = lambda policy, horizon: [Action("compact", "table /t", "compact", {}, stop)]
+    with pytest.raises(Terminated):
+        run.maintain(pipeline, ledger, actor="cli:tester", now=NOW)
+    (_, _, started), (_, _, failed) = _events(ledger)[-2:]
+    assert (started["status"], failed["status"]) == ("started", "failed")
+    assert failed["error"] == "Terminated: task received SIGTERM" and started["pass_id"] == failed["pass_id"]
+
+
+def test_the_maintain_command_names_a_failed_pass_in_one_line_without_secrets(wired, capsys):
+    pipeline, ledger, rec = wired
+    rec.fail_at = "retention"
+    folder = str(pipeline.cfg.source_file).rsplit("/", 1)[0]
+    assert cli.main(["--pipelines", folder, "maintain", "orders"]) == cli.EXIT_REFUSED
+    err = capsys.readouterr().err
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]  # after the log line of the step done
+    assert line.startswith("error: pipeline orders: the maintenance pass failed: OSError: disk full while retention "
+                           "(catalog postgresql://svc:***@db/cat). `offsetbatch events orders` shows")
+    assert "s3cret" not in err and "Traceback" not in err
+
+
 def test_the_maintain_command_prints_the_plan_and_applies_it(wired, capsys):
     pipeline, ledger, rec = wired
     folder = str(pipeline.cfg.source_file).rsplit("/", 1)[0]
@@ -151,7 +180,7 @@ def test_a_schedule_adds_a_maintenance_dag_in_the_pipelines_pool(tmp_path):
     assert set(dags) == {"offsetbatch_orders", "offsetbatch_orders_maintenance"}
     dag = dags["offsetbatch_orders_maintenance"]
     [task] = dag.tasks
-    assert (task.task_id, task.pool, dag.timetable.summary) == ("maintain", "offsetbatch_orders", "30 3 * * *")
+    assert (task.task_id, task.pool, dag.timetable.expression) == ("maintain", "offsetbatch_orders", "30 3 * * *")
     _config(tmp_path)
     assert set(pipeline_dags(str(tmp_path / "pipelines"))) == {"offsetbatch_orders"}
 

@@ -5,7 +5,7 @@ that stays after the summary works as before."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +16,7 @@ from offsetbatch.maintenance import ledger_history
 from offsetbatch.maintenance.actions import Horizon
 from offsetbatch.model import OffsetRange, TopicPartition
 from offsetbatch.pipeline import Pipeline
+from offsetbatch.plan.planner import RunInfo, refuse_a_summarized_run
 from offsetbatch.plan.replay import plan_window, replay_targets
 from offsetbatch.plan.request import ResetTarget
 from offsetbatch.plan.reset import apply_reset, plan_reset
@@ -73,6 +74,21 @@ def test_the_fixture_keeps_only_the_batch_the_frontiers_name(ledger):
         [(0, 0, 200), (1, 0, 80)]
 
 
+def test_an_old_run_cleared_after_its_batch_was_summarized_is_refused_and_a_new_run_is_not(ledger):
+    """Clearing a run re-runs its recorded batch; once that batch is summarized there is nothing to
+    repeat, and planning the next batch under the old run's id would give today's records its interval."""
+    done = queries.history_summary(ledger, "p")
+    last = datetime.fromisoformat(done["last_committed_at"])
+    old = RunInfo("d", "scheduled__old", last - timedelta(hours=2), last - timedelta(hours=1))
+    with ledger.lock("p") as conn, pytest.raises(SummarizedBatchError, match=r"run scheduled__old \(interval ending "
+                                                                             r".*\) has no batch .* Nothing was planned"):
+        refuse_a_summarized_run(ledger, conn, "p", old)
+    new = RunInfo("d", "scheduled__new", last, last + timedelta(hours=1))
+    with ledger.lock("p") as conn:
+        refuse_a_summarized_run(ledger, conn, "p", new)  # no error: an interval after the summary
+        refuse_a_summarized_run(ledger, conn, "p", RunInfo("d", "manual__x"))  # no interval: nothing to compare
+
+
 def test_a_replay_of_a_summarized_batch_is_refused_naming_it(ledger):
     with ledger.reading() as conn, pytest.raises(SummarizedBatchError, match=r"pipeline p: batch\(es\) 2 were "
                                                                            r"summarized .*Nothing was changed"):
@@ -92,12 +108,11 @@ def test_a_replay_window_reaching_summarized_offsets_is_refused(ledger):
 
 
 def test_a_rewind_into_summarized_history_is_refused_and_one_after_it_works(ledger):
-    with pytest.raises(SummarizedBatchError, match=r"rewinding t/0 to offset 0 reaches history summarized .*"
-                                                   r"Rewind t/0 to offset 200 or later"):
-        with ledger.lock("p") as conn:  # as run_reset: the refusal rolls the whole reset back
-            plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}),
-                              allow_rewind=True)
-            apply_reset(ledger, conn, plan, actor="tester", reason="unit")
+    with pytest.raises(SummarizedBatchError, match=r"rewinds t/0 to offset 0 \(asked 150; .*\), into history "
+                                                   r"summarized .* Rewind t/0 to offset 200 or later"):
+        with ledger.lock("p") as conn:  # refused while planning: a dry run (plan only) says so too
+            plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 150}),
+                       allow_rewind=True)
     assert ledger.frontier_now("p") == {P0: 300, P1: 90} and ledger.get_batch("p", 4).status == "committed"
     with ledger.lock("p") as conn:
         plan = plan_reset(Pipeline(CFG), ledger, conn, FakeKafka(), ResetTarget("offsets", offsets={P0: 250}),

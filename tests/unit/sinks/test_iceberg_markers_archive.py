@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from offsetbatch.dag.retry_policy import is_permanent
+from offsetbatch.errors import MarkersArchiveMissingError
 from offsetbatch.jobspec import Manifest, RangeReport
 from offsetbatch.sinks.iceberg import markers
 
@@ -151,13 +153,14 @@ def test_applied_reads_the_property_not_the_archive_file():
     assert markers.applied(table, 999) is None
 
 
-def test_a_missing_archive_names_the_table_and_what_to_do():
+def test_a_missing_archive_names_the_table_and_what_to_do_and_is_not_retried():
     ref = {"path": "mem://gone.json.gz", "through_snapshot_id": 1, "n": 1}
 
     def missing(path):
         raise FileNotFoundError(path)
     table = _Table(HISTORY[3:], {}, ref)
     table.io = SimpleNamespace(new_input=lambda path: SimpleNamespace(open=lambda: missing(path)))
-    with pytest.raises(FileNotFoundError, match=r"Iceberg table ns\.t: its markers archive mem://gone.json.gz .* "
-                                                r"Restore the file"):
+    with pytest.raises(MarkersArchiveMissingError, match=r"Iceberg table ns\.t: its markers archive "
+                                                         r"mem://gone.json.gz .* Restore the file") as raised:
         markers.live(table)
+    assert is_permanent(raised.value)  # the maintenance and commit tasks fail at once, without retries

@@ -350,22 +350,18 @@ def _commit_archive(sink: "TableOwner", owned: Owned, table: "Table", expiry: Ex
         archive = markers.fold(markers.archive_of(table), expiry.going, expiry.through)
         n = int(ref.get("n", 0)) + 1
         path = f"{table.location()}/metadata/{ARCHIVE_PREFIX}{n:05d}-{uuid.uuid4()}.json.gz"
-        _write_bytes(path, markers.encode(archive))
+        with storage.open_write(path) as f:  # not pyiceberg's FileIO: it would gzip a ``.gz`` name again
+            f.write(markers.encode(archive))
         faults.checkpoint(ARCHIVE_WRITTEN)
+        # "previous": a reader that loaded the metadata just before this commit still reads the old
+        # archive, so the orphan sweep keeps it until the next archive replaces this one
         props[markers.ARCHIVE_PROPERTY] = json.dumps({"path": path, "through_snapshot_id": expiry.through, "n": n,
-                                                      "applied": [list(r) for r in archive.applied]})
+                                                      "applied": [list(r) for r in archive.applied],
+                                                      **({"previous": ref["path"]} if ref.get("path") else {})})
         log.info("%s: markers of %d expiring snapshot(s) archived in %s (%d live output(s), through snapshot %d)",
                  _where(sink, owned), len(expiry.going), path, len(archive.live), expiry.through)
     if props:
         table.transaction().set_properties(**props).commit_transaction()
-
-
-def _write_bytes(uri: str, data: bytes) -> None:
-    """One new file, through fsspec: pyiceberg's pyarrow FileIO would gzip a ``.gz`` name again."""
-    from offsetbatch.storage import _fs_of
-
-    with _fs_of(uri) as (fs, path), fs.open(path, "wb") as f:
-        f.write(data)
 
 
 # ---- which files snapshots reference ------------------------------------------------------------
@@ -440,11 +436,10 @@ def _delete(table: "Table", uri: str) -> bool:
 # ---- orphans ------------------------------------------------------------------------------------
 
 def _metadata_files(table: "Table") -> set[str]:
-    """Keys of the current and logged metadata.json files and the current markers archive."""
+    """Keys of the current and logged metadata.json files and the current and previous markers archive."""
     out = {_key(table.metadata_location)} | {_key(e.metadata_file) for e in table.metadata.metadata_log}
-    ref = markers.archive_ref(table)
-    if ref:
-        out.add(_key(ref["path"]))
+    ref = markers.archive_ref(table) or {}
+    out |= {_key(ref[k]) for k in ("path", "previous") if ref.get(k)}
     return out
 
 

@@ -166,7 +166,9 @@ def decode(data: bytes) -> Archive:
     return Archive.from_json(json.loads(gzip.decompress(data)))
 
 
-_archives: dict[str, Archive] = {}  # path -> archive: a file is written once under a new name, never changed
+# table -> (path, archive), the latest only: a file is written once under a new name, never changed,
+# and a pass names a new one (a long-lived process, the UI's, keeps one archive per table)
+_archives: dict[str, tuple[str, Archive]] = {}
 _archives_lock = threading.Lock()
 
 
@@ -178,24 +180,27 @@ def archive_ref(table: "Table") -> dict | None:
 
 
 def archive_of(table: "Table") -> Archive | None:
-    """The table's archive (read once per process and path)."""
+    """The table's archive (read once per process and path; the table's previous one is dropped)."""
     ref = archive_ref(table)
     if ref is None:
         return None
-    path = ref["path"]
+    path, key = ref["path"], ".".join(table.name())
     with _archives_lock:
-        if path in _archives:
-            return _archives[path]
+        cached = _archives.get(key)
+        if cached is not None and cached[0] == path:
+            return cached[1]
     try:
         with table.io.new_input(path).open() as f:
             archive = decode(f.read())
     except FileNotFoundError as exc:
-        raise FileNotFoundError(
+        from offsetbatch.errors import MarkersArchiveMissingError
+
+        raise MarkersArchiveMissingError(
             f"Iceberg table {'.'.join(table.name())}: its markers archive {path} (table property {ARCHIVE_PROPERTY}) "
             f"is missing, so which batches the expired snapshots published is unknown. Restore the file from a "
             f"backup; do not publish or rebuild the ledger until then") from exc
     with _archives_lock:
-        _archives[path] = archive
+        _archives[key] = (path, archive)
     return archive
 
 

@@ -374,19 +374,24 @@ def _replacing(table: "Table", output_ids: list[int]) -> "tuple[list[DataFile], 
     """What a snapshot replacing ``output_ids`` does to the current files: the files to delete and,
     for each that also holds other batches' rows (a compacted file), new files with those rows
     (copy-on-write; written now, added by the caller's snapshot). A file whose ``batch_id`` bounds
-    are one replaced id is dropped whole, unread."""
+    are one replaced id is dropped whole, unread; one holding none of their rows is left alone."""
     from pyiceberg.expressions import In, Not
 
     from offsetbatch.sinks.iceberg.rewrite import batch_bounds, read_rows, write_rows
 
-    files = _live_files(table, output_ids)
-    mixed = [f for f in files if not _only(batch_bounds(table, f), output_ids)]
+    deletes: list = []
     kept: list = []
-    for f in mixed:
+    for f in _live_files(table, output_ids):
+        if _only(batch_bounds(table, f), output_ids):
+            deletes.append(f)
+            continue
         rows = read_rows(table.metadata, table.io, [f], Not(In(schema.BATCH_ID, output_ids)))
+        if rows.num_rows == f.record_count:
+            continue  # its bounds span a replaced id, its rows are all other batches': left as it is
+        deletes.append(f)
         if rows.num_rows:
             kept.extend(write_rows(table.metadata, table.io, rows))
-    return files, kept
+    return deletes, kept
 
 
 def _only(bounds: tuple[int, int] | None, output_ids: list[int]) -> bool:
