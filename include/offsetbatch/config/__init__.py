@@ -19,11 +19,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from offsetbatch import redact, validation
-from offsetbatch.maintenance.policy import MaintenanceSettings
 from offsetbatch.errors import ConfigError
 from offsetbatch.formats import KEY_COLUMN, ValueSettings, settings_for as value_settings_for
 from offsetbatch.paths import bundled_pipelines_dir
 from offsetbatch.sinks import SINKS, SinkSettings, settings_for
+from offsetbatch.sinks.maintenance import MaintenanceSettings
 
 log = logging.getLogger(__name__)
 PIPELINES_DIR = bundled_pipelines_dir()  # None when installed from the wheel

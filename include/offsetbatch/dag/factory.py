@@ -133,7 +133,8 @@ def _schedule(cfg, cfg_path: str):
         return cron
     from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher
 
-    from offsetbatch.dag.lag_trigger import LagTrigger, input_asset_uri
+    from offsetbatch.dag.input_asset import input_asset_uri
+    from offsetbatch.dag.lag_trigger import LagTrigger
     from offsetbatch.plan.freshness import describe_rule
 
     uri = input_asset_uri(cfg.name)

@@ -282,7 +282,7 @@ class _Reader:
             self.interest = None
             return
         self._open_ledger()
-        self.interest = Interest.of(self.pipeline.cfg, frontier(self.pipeline.cfg, self.ledger))
+        self.interest = Interest.of(self.pipeline, frontier(self.pipeline, self.ledger))
 
     def poll(self, reading: ClusterReading | None = None) -> dict | None:
         """One reading (its own, or ``reading`` of the shared poll): the event's payload when a run
@@ -296,14 +296,14 @@ class _Reader:
         if reading is None:
             if self.kafka is None:
                 self.kafka = pipeline.kafka()
-            seen = waiting(pipeline.cfg, self.ledger, self.kafka)
+            seen = waiting(pipeline, self.ledger, self.kafka)
         else:
-            rows = frontier(pipeline.cfg, self.ledger)
-            self.interest = Interest.of(pipeline.cfg, rows)
+            rows = frontier(pipeline, self.ledger)
+            self.interest = Interest.of(pipeline, rows)
             if not self.interest.within(reading.covered):
                 return None  # read before this pipeline's topics joined the shared poll: no decision on it
-            seen = waiting_at(pipeline.cfg, rows, {tp: po for tp, po in reading.offsets.items()
-                                                   if self.interest.covers(tp)})
+            seen = waiting_at(pipeline, rows, {tp: po for tp, po in reading.offsets.items()
+                                               if self.interest.covers(tp)})
         now = time.monotonic()
         age = None
         if watch.needs_age(seen, now):
@@ -341,31 +341,6 @@ def _shared_key(kafka_conn_id: str, isolation_level: str, poll: float) -> Hashab
     return ("offsetbatch.lag", kafka_conn_id, isolation_level, float(poll))
 
 
-def input_asset_uri(name: str) -> str:
-    """The asset that stands for a pipeline's waiting input: the trigger's events land on it."""
-    return f"offsetbatch://pipelines/{name}/input"
-
-
-def fired_by(triggering_events: Any, uri: str) -> dict | None:
-    """Why the lag trigger started this run, from the asset events that queued it (the context's
-    ``triggering_asset_events``): the newest event of the trigger on ``uri``, with when it fired and
-    how many of its events the run took (the scheduler folds firings that queued behind one run into
-    it). None for a run the trigger did not start."""
-    if not triggering_events:
-        return None
-    found = []
-    for asset in list(triggering_events):
-        if getattr(asset, "uri", None) != uri:
-            continue
-        for event in triggering_events[asset]:
-            extra = getattr(event, "extra", None) or {}
-            if extra.get("from_trigger") and isinstance(extra.get("payload"), dict):
-                found.append((getattr(event, "timestamp", None), extra["payload"]))
-    if not found:
-        return None
-    when, payload = max(found, key=lambda f: (f[0] is not None, f[0] or 0))
-    fired = {k: payload.get(k) for k in ("reason", "waiting_records", "partitions", "oldest_age_s", "rule")}
-    return {**fired, "fired_at": when.isoformat() if hasattr(when, "isoformat") else None, "events": len(found)}
 
 
 def _emit_metrics(name: str, records: int, age_s: float | None) -> None:

@@ -12,13 +12,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from offsetbatch.ledger.rows import (
-    MAX_PAGE,
-    data_loss,
-    event_query,
-    page_rows,
-    range_rows,
-)
+                                     MAX_PAGE,
+                                     data_loss,
+                                     event_query,
+                                     page_rows,
+                                     range_rows,
+                                     )
 from offsetbatch.ledger.schema import batches, events, gaps, ranges
+from offsetbatch.ledger import summaries
 from offsetbatch.ledger.store import Ledger
 
 # Leaving the routine events out (``rows.ROUTINE_EVENTS``) is a filter no index serves (ob_events is
@@ -88,7 +89,7 @@ def batch_page(ledger: Ledger, name: str, before: int | None = None, limit: int 
 
 
 def history_summary(ledger: Ledger, name: str) -> dict | None:
-    """What ledger maintenance summarized (``maintenance.ledger_history``), ``None`` if nothing."""
+    """What ledger maintenance summarized (``ledger.history``), ``None`` if nothing."""
     with ledger.reading() as conn:
         return _history(conn, name)
 
@@ -96,10 +97,10 @@ def history_summary(ledger: Ledger, name: str) -> dict | None:
 def _history(conn: sa.Connection, name: str) -> dict | None:
     """The summary of summarized batches and each partition's span: two small tables (one row per
     pipeline, one per partition), whatever the history's length."""
-    done = Ledger.history_totals(conn, name)
+    done = summaries.history_totals(conn, name)
     if done is None:
         return None
-    spans = Ledger.history_spans(conn, name)
+    spans = summaries.history_spans(conn, name)
     return {"batches": done.batches, "replays": done.replays, "first_batch_id": done.first_batch_id,
             "last_batch_id": done.last_batch_id, "first_committed_at": _iso(done.first_committed_at),
             "last_committed_at": _iso(done.last_committed_at), "rows_in": done.rows_in, "rows_out": done.rows_out,

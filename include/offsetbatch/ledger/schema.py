@@ -125,7 +125,7 @@ ledger_info = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
 
-# v6: bounded history (``maintenance.ledger_history``). Batches past ``maintenance.ledger_retain`` are
+# v6: bounded history (``ledger.history``). Batches past ``maintenance.ledger_retain`` are
 # deleted with their ranges and folded into one row per partition (the offsets they read) and one
 # row per pipeline (how many, which ids, their totals): both bounded whatever the history's length.
 history = sa.Table(

@@ -12,10 +12,11 @@ from typing import Iterator
 import sqlalchemy as sa
 
 from offsetbatch.ledger import engine as eng
+from offsetbatch.ledger import summaries
 from offsetbatch.ledger.errors import LedgerError, StaleCommitError, SummarizedBatchError
 from offsetbatch.ledger.rows import page_rows, range_rows
 from offsetbatch.ledger.schema import batches, events, frontier, gaps, history, history_batches, ledger_info, ranges
-from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition, subtract
+from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class Ledger:
         """Whether this ledger has planned anything for ``pipeline``."""
         with self.reading() as conn:
             return conn.execute(sa.select(batches.c.batch_id).where(batches.c.pipeline == name).limit(1)).first() \
-                is not None or self.history_totals(conn, name) is not None
+                is not None or summaries.history_totals(conn, name) is not None
 
     def committed_ids(self, name: str) -> set[int]:
         """Ids of the pipeline's committed batches: the output ids a table may hold. Ids maintenance
@@ -94,7 +95,7 @@ class Ledger:
         with self.reading() as conn:
             ids = set(conn.execute(sa.select(batches.c.batch_id).where(
                 batches.c.pipeline == name, batches.c.status == "committed")).scalars())
-            done = self.history_totals(conn, name)
+            done = summaries.history_totals(conn, name)
             if done is not None:
                 kept = set(conn.execute(sa.select(batches.c.batch_id).where(
                     batches.c.pipeline == name, batches.c.batch_id.between(done.first_batch_id, done.last_batch_id)))
@@ -117,7 +118,7 @@ class Ledger:
             row = conn.execute(sa.select(batches.c.batch_id, batches.c.output_path).where(
                 batches.c.pipeline == name, batches.c.status == "committed", batches.c.published_at.is_not(None))
                 .order_by(batches.c.batch_id.desc()).limit(1)).first()
-            done = self.history_totals(conn, name) if row is None else None
+            done = summaries.history_totals(conn, name) if row is None else None
         if done is not None:  # everything published was summarized (the newest batch is kept, so rarely)
             return done.last_batch_id, done.last_output_path
         return (row.batch_id, row.output_path) if row else None
@@ -178,7 +179,7 @@ class Ledger:
                 return self.get_batch(name, batch_id, c)
         row = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.batch_id == batch_id)).first()
         if row is None:
-            self.refuse_summarized(conn, name, [batch_id])
+            summaries.refuse_summarized(conn, name, [batch_id])
             raise LedgerError(f"pipeline {name}: batch {batch_id} does not exist in the ledger")
         return self._batch(conn, row)
 
@@ -211,7 +212,7 @@ class Ledger:
         (a replay of it, or a replay window over its offsets, cannot re-read it)."""
         rows = conn.execute(sa.select(batches).where(batches.c.pipeline == name, batches.c.batch_id.in_(ids))).all()
         found = {r.batch_id: self._batch(conn, r) for r in rows}
-        self.refuse_summarized(conn, name, [i for i in ids if i not in found])
+        summaries.refuse_summarized(conn, name, [i for i in ids if i not in found])
         return found
 
     def ranges_in_use(self, conn: sa.Connection, name: str,
@@ -231,58 +232,8 @@ class Ledger:
         if "committed" not in statuses:
             return out
         kept = [r for _, status, r in out if status == "committed"]
-        out += [(batch_id, "committed", r) for batch_id, r in self.summarized_pieces(conn, name, kept)]
+        out += [(batch_id, "committed", r) for batch_id, r in summaries.summarized_pieces(conn, name, kept)]
         return sorted(out, key=lambda x: (x[2].topic, x[2].partition, x[2].from_offset))
-
-    # ---- summarized history (maintenance.ledger_history) ---------------------------------
-
-    @staticmethod
-    def history_totals(conn: sa.Connection, name: str) -> sa.Row | None:
-        """The pipeline's summary of summarized batches (``ob_history_batches``), ``None`` if none."""
-        return conn.execute(sa.select(history_batches).where(history_batches.c.pipeline == name)).first()
-
-    @staticmethod
-    def history_spans(conn: sa.Connection, name: str) -> dict[TopicPartition, sa.Row]:
-        """Per partition, the offsets summarized batches read (``ob_history``)."""
-        rows = conn.execute(sa.select(history).where(history.c.pipeline == name)
-                            .order_by(history.c.topic, history.c.partition))
-        return {TopicPartition(r.topic, r.partition): r for r in rows}
-
-    def summarized_pieces(self, conn: sa.Connection, name: str,
-                          kept: list[OffsetRange]) -> list[tuple[int, OffsetRange]]:
-        """The offsets summarized batches read, exactly: each partition's summary span without the
-        ``kept`` committed ranges and the gap rows inside it (invariant 1 makes the rest theirs), as
-        ranges of the partition's last summarized batch id, ``frontier_before`` set: they chain."""
-        spans = self.history_spans(conn, name)
-        if not spans:
-            return []
-        used: dict[TopicPartition, list[tuple[int, int]]] = {}
-        for r in kept:
-            used.setdefault(r.tp, []).append((r.from_offset, r.until_offset))
-        for g in conn.execute(sa.select(gaps).where(gaps.c.pipeline == name)):
-            used.setdefault(TopicPartition(g.topic, g.partition), []).append((g.from_offset, g.until_offset))
-        return [(row.last_batch_id, OffsetRange(tp.topic, tp.partition, a, b, frontier_before=a))
-                for tp, row in spans.items()
-                for a, b in subtract((row.from_offset, row.until_offset), used.get(tp, []))]
-
-    def refuse_summarized(self, conn: sa.Connection, name: str, ids: list[int]) -> None:
-        """Raise ``SummarizedBatchError`` if one of ``ids`` (batches with no row) was summarized."""
-        done = self.history_totals(conn, name)
-        gone = sorted(i for i in ids if done is not None and done.first_batch_id <= i <= done.last_batch_id)
-        if not gone:
-            return
-        spans = self.history_spans(conn, name)
-        shown = ", ".join(f"{tp} [{r.from_offset}, {r.until_offset})" for tp, r in list(spans.items())[:4])
-        shown += f" … {len(spans) - 4} more partition(s)" if len(spans) > 4 else ""
-        until = done.last_committed_at.isoformat() if done.last_committed_at else "?"
-        raise SummarizedBatchError(
-            f"pipeline {name}: batch(es) {', '.join(map(str, gone[:6]))}{' …' if len(gone) > 6 else ''} were "
-            f"summarized by ledger maintenance (maintenance.ledger_retain): {done.batches:,} finished batches between "
-            f"{done.first_batch_id} and {done.last_batch_id}, committed until {until}, are kept only as the offsets "
-            f"they read per partition ({shown}), so their ranges are gone and they cannot be replayed or looked at "
-            f"one by one. Nothing was changed. Replay only batches 'offsetbatch batches {name}' still lists (there "
-            f"is no replay by offsets; a replay window must not reach these offsets); to keep batches replayable "
-            f"for longer, raise maintenance.ledger_retain.")
 
     def superseded_pending(self, conn: sa.Connection, name: str) -> list[Batch]:
         """Batches a rewind superseded whose ranges no new batch has re-read yet, oldest first."""
@@ -327,7 +278,7 @@ class Ledger:
             out = [(r.batch_id, OffsetRange(r.topic, r.partition, r.from_offset, r.until_offset, r.frontier_before))
                    for r in rows]
             kept = [r for (_, r), row in zip(out, rows) if row.status == "committed"]
-            out += self.summarized_pieces(conn, name, kept)
+            out += summaries.summarized_pieces(conn, name, kept)
         return sorted(out, key=lambda x: (x[1].topic, x[1].partition, x[1].from_offset))
 
     def list_gaps(self, name: str) -> list[tuple[int | None, Gap]]:

@@ -42,7 +42,7 @@ from offsetbatch import redact
 from offsetbatch.commit import ownership
 from offsetbatch.config import PIPELINES_DIR, installed
 from offsetbatch.errors import (ConfigError, KafkaUnreachableError, MaintenanceError, OffsetbatchError,
-                               PipelineError)
+                                PipelineError)
 from offsetbatch.ledger import Ledger, LedgerError, LedgerMissingError, queries
 from offsetbatch.ops import report
 from offsetbatch.ops.status import batch_dict, pipeline_status
@@ -245,9 +245,9 @@ def cmd_ledger_rebuild(args, out: Console) -> int:
 
 
 def cmd_maintain(args, out: Console) -> int:
-    """One maintenance pass (``offsetbatch.maintain``): retention, compaction, bounded
+    """One maintenance pass (``offsetbatch.maintenance.run``): retention, compaction, bounded
     ledger history; ``--dry-run`` prints the actions and changes nothing."""
-    from offsetbatch.maintain import maintain
+    from offsetbatch.maintenance import maintain
 
     pipeline = _pipeline(args)
     with _ledger(pipeline) as ledger:

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from offsetbatch.commit.rebuild import RebuildPlan
-from offsetbatch.maintain import Pass
+from offsetbatch.maintenance import Pass
 from offsetbatch.ops.status import PipelineStatus
 from offsetbatch.plan.reset import ResetPlan
 

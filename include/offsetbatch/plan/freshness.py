@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from offsetbatch.model import TopicPartition
 
 if TYPE_CHECKING:
-    from offsetbatch.config import LagTriggerSettings, PipelineConfig
+    from offsetbatch.config import LagTriggerSettings
     from offsetbatch.ledger import Ledger
+    from offsetbatch.pipeline import Pipeline
     from offsetbatch.source.admin import KafkaAdmin, PartitionOffsets
 
 # A firing whose run never moved the frontier (the run failed, the DAG was paused, the event was
@@ -63,23 +64,24 @@ class Waiting:
         return len(self.starts)
 
 
-def waiting(cfg: "PipelineConfig", ledger: "Ledger | None", kafka: "KafkaAdmin") -> Waiting:
+def waiting(pipeline: "Pipeline", ledger: "Ledger | None", kafka: "KafkaAdmin") -> Waiting:
     """How many records wait past the frontier. A partition the ledger does not track yet waits
     from where the pipeline's first run would start (``starting_policy``: its earliest record, or
     none for 'latest'; a timestamp policy counts from the earliest, which can only start a run
     sooner). ``ledger`` is None while the pipeline has none (before its first run)."""
-    rows = frontier(cfg, ledger)
-    tps = set(kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)) | set(rows)
-    return waiting_at(cfg, rows, kafka.offsets(sorted(tps)) if tps else {})
+    rows = frontier(pipeline, ledger)
+    source = pipeline.cfg.kafka
+    tps = set(kafka.partitions(source.topics, source.pattern)) | set(rows)
+    return waiting_at(pipeline, rows, kafka.offsets(sorted(tps)) if tps else {})
 
 
-def frontier(cfg: "PipelineConfig", ledger: "Ledger | None") -> dict[TopicPartition, int]:
+def frontier(pipeline: "Pipeline", ledger: "Ledger | None") -> dict[TopicPartition, int]:
     """The ledger's next offset per tracked partition (none before the pipeline's first run)."""
     return {TopicPartition(r["topic"], r["partition"]): r["next_offset"]
-            for r in (ledger.frontier_rows(cfg.name) if ledger is not None else [])}
+            for r in (ledger.frontier_rows(pipeline.name) if ledger is not None else [])}
 
 
-def waiting_at(cfg: "PipelineConfig", rows: dict[TopicPartition, int],
+def waiting_at(pipeline: "Pipeline", rows: dict[TopicPartition, int],
                offsets: "dict[TopicPartition, PartitionOffsets]") -> Waiting:
     """``waiting`` from the frontier ``rows`` and the partitions' offsets, read elsewhere (by this
     pipeline's own poll, or by the poll it shares with the other pipelines on its cluster)."""
@@ -88,7 +90,7 @@ def waiting_at(cfg: "PipelineConfig", rows: dict[TopicPartition, int],
         if tp in rows:
             positions[tp] = max(rows[tp], po.earliest)
         else:
-            positions[tp] = po.latest if cfg.starting_policy == "latest" else po.earliest
+            positions[tp] = po.latest if pipeline.cfg.starting_policy == "latest" else po.earliest
     starts = {tp: at for tp, at in positions.items() if offsets[tp].latest > at}
     total = sum(offsets[tp].latest - at for tp, at in starts.items())
     return Waiting(total, starts, tuple(sorted((tp.topic, tp.partition, at) for tp, at in positions.items())))
@@ -103,9 +105,10 @@ class Interest:
     patterns: frozenset[str]
 
     @classmethod
-    def of(cls, cfg: "PipelineConfig", rows: dict[TopicPartition, int]) -> "Interest":
-        return cls(frozenset(cfg.kafka.topics or ()) | {tp.topic for tp in rows},
-                   frozenset([cfg.kafka.pattern] if cfg.kafka.pattern else []))
+    def of(cls, pipeline: "Pipeline", rows: dict[TopicPartition, int]) -> "Interest":
+        source = pipeline.cfg.kafka
+        return cls(frozenset(source.topics or ()) | {tp.topic for tp in rows},
+                   frozenset([source.pattern] if source.pattern else []))
 
     def covers(self, tp: TopicPartition) -> bool:
         return tp.topic in self.topics or (not tp.topic.startswith("__") and any(

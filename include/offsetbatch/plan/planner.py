@@ -18,7 +18,7 @@ from typing import Literal
 
 from offsetbatch.config import Caps
 from offsetbatch.errors import DataLossError, PartitionVanishedError, TopicNotFoundError
-from offsetbatch.ledger import Ledger
+from offsetbatch.ledger import Ledger, summaries
 from offsetbatch.ledger.errors import SummarizedBatchError
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Batch, Gap, OffsetRange, TopicPartition
@@ -41,7 +41,7 @@ class RunInfo:
     data_interval_end: datetime | None = None
     request: RunRequest = field(default_factory=RunRequest)
     run_type: str | None = None  # Airflow's: scheduled, manual, backfill, ... (kept with the batch)
-    trigger: dict | None = None  # why the lag trigger started the run (``dag.lag_trigger.fired_by``)
+    trigger: dict | None = None  # why the lag trigger started the run (``dag.input_asset.fired_by``)
 
     @property
     def ledger_fields(self) -> dict:
@@ -173,7 +173,7 @@ def refuse_a_summarized_run(ledger: Ledger, conn, name: str, run: RunInfo) -> No
     """A run with no batch whose interval ended before the last batch ledger maintenance summarized
     is an old run cleared after its batch was summarized: re-running it cannot repeat the ranges it
     read, and planning the next batch under its old id would give today's records a past interval."""
-    done = ledger.history_totals(conn, name)
+    done = summaries.history_totals(conn, name)
     end = run.data_interval_end
     if done is None or done.last_committed_at is None or end is None:
         return
@@ -190,8 +190,7 @@ def refuse_a_summarized_run(ledger: Ledger, conn, name: str, run: RunInfo) -> No
 
 def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
     """Decide this run's batch. Idempotent per Airflow run; serialized per pipeline by the ledger lock."""
-    cfg = pipeline.cfg
-    name, output_path = cfg.name, cfg.sink.root
+    name = pipeline.name
     with ledger.lock(name) as conn:
         if run.request.mode in ("backfill", "replay"):
             return _plan_history(pipeline, ledger, conn, kafka, run)
@@ -213,69 +212,77 @@ def plan_for_run(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin, run: Run
                         "unchanged: %s", name, pending.batch_id, pending.run_id, run.run_id, pending.describe_ranges())
             ledger.event(conn, name, "batch_resumed", {"by_run": run.run_id}, pending.batch_id)
             return PlanResult("pending", [pending])
+        return _plan_next(pipeline, ledger, conn, kafka, run)
 
-        current = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
-        if cfg.kafka.topics:
-            missing = sorted(set(cfg.kafka.topics) - {tp.topic for tp in current})
-            if missing:
-                raise TopicNotFoundError(
-                    f"pipeline {name}: topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap}. Nothing was "
-                    f"planned. Create them, or fix 'kafka.topics' in {cfg.source_file}."
-                )
-        frontier = ledger.frontier(conn, name)
-        check_vanished(name, frontier, current)
-        new = current - set(frontier)
-        offsets = kafka.offsets(current, run.cut_timestamp_ms)  # every partition, once: the frontier's keys below
-        starts = _start_offsets(pipeline, kafka, new, offsets)
-        if starts:
-            ledger.start_partitions(conn, name, starts, cfg.starting_policy)
-            shown = [f"{tp}@{o}" for tp, o in sorted(starts.items())[:LOGGED_STARTS]]
-            more = f", … {len(starts) - LOGGED_STARTS} more (the ledger's audit events list each)" \
-                if len(starts) > LOGGED_STARTS else ""
-            log.info("pipeline %s: %d new partition(s) start by policy %s: %s%s", name, len(starts),
-                     cfg.starting_policy, ", ".join(shown), more)
-            frontier.update(starts)
 
-        superseded = ledger.superseded_pending(conn, name)
-        if superseded:
-            first = superseded[0]
-            if all(frontier.get(r.tp) == r.from_offset for r in first.ranges):
-                return _reread_superseded(ledger, conn, run, first, output_path)
-        limits: dict[TopicPartition, int] = {}
-        for b in superseded:  # fill up to the superseded batches, never into them
-            for r in b.ranges:
-                limits[r.tp] = min(limits.get(r.tp, r.from_offset), r.from_offset)
+def _plan_next(pipeline: Pipeline, ledger: Ledger, conn, kafka: KafkaAdmin, run: RunInfo) -> PlanResult:
+    """A new incremental batch from the frontier (under the lock ``plan_for_run`` holds): new
+    partitions started by the pipeline's policy, superseded ranges re-read first, the cut and the
+    caps applied, gaps recorded."""
+    cfg = pipeline.cfg
+    name, output_path = cfg.name, cfg.sink.root
+    current = kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)
+    if cfg.kafka.topics:
+        missing = sorted(set(cfg.kafka.topics) - {tp.topic for tp in current})
+        if missing:
+            raise TopicNotFoundError(
+                f"pipeline {name}: topic(s) {', '.join(missing)} do not exist on {kafka.bootstrap}. Nothing was "
+                f"planned. Create them, or fix 'kafka.topics' in {cfg.source_file}."
+            )
+    frontier = ledger.frontier(conn, name)
+    check_vanished(name, frontier, current)
+    new = current - set(frontier)
+    offsets = kafka.offsets(current, run.cut_timestamp_ms)  # every partition, once: the frontier's keys below
+    starts = _start_offsets(pipeline, kafka, new, offsets)
+    if starts:
+        ledger.start_partitions(conn, name, starts, cfg.starting_policy)
+        shown = [f"{tp}@{o}" for tp, o in sorted(starts.items())[:LOGGED_STARTS]]
+        more = f", … {len(starts) - LOGGED_STARTS} more (the ledger's audit events list each)" \
+            if len(starts) > LOGGED_STARTS else ""
+        log.info("pipeline %s: %d new partition(s) start by policy %s: %s%s", name, len(starts),
+                 cfg.starting_policy, ", ".join(shown), more)
+        frontier.update(starts)
 
-        offsets, lifted = lift_future_cuts(offsets, frontier, int(time.time() * 1000))
-        for tp, po in sorted(lifted.items()):
-            log.warning("pipeline %s: %s offset %d is stamped %s, more than 1 h ahead of now (a producer's clock?); "
-                        "Kafka places every time cut before then at that record, so run %s reads %s to its log end "
-                        "(%d) rather than leave the %d record(s) after the frontier waiting", name, tp, po.cut,
-                        _iso_ms(po.cut_timestamp_ms), run.run_id, tp, po.latest, po.latest - frontier[tp])
-        lag = sum(max(offsets[tp].latest - frontier[tp], 0) for tp in frontier if tp in offsets)
-        planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None,
-                                    limits)
-        for g in gaps:
-            ledger.skip_gap(conn, name, g)
-            log.warning("pipeline %s: offsets [%d, %d) of %s/%d were deleted by retention before being read; "
-                        "skipped (on_data_loss: skip) and recorded as a gap", name, g.from_offset, g.until_offset,
-                        g.topic, g.partition)
-        if not planned:
-            if lag:
-                log.warning("pipeline %s: run %s reads nothing although %d record(s) wait past the frontier: they "
-                            "are stamped at or after the cut %s, so the run of their own interval reads them (a "
-                            "manual run, mode next, reads to the log end)", name, run.run_id, lag,
-                            run.data_interval_end)
-            else:
-                log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
-                         run.data_interval_end or "log end")
-            return PlanResult("empty", [], gaps)
-        batch = ledger.insert_batch(conn, name, "incremental", planned, **run.ledger_fields,
-                                    interval=(run.data_interval_start, run.data_interval_end),
-                                    output_path=output_path, lag_at_plan=lag)
-        log.info("pipeline %s batch %d: planned for run %s, %d records (lag was %d): %s", name, batch.batch_id,
-                 run.run_id, batch.records, lag, batch.describe_ranges())
-        return PlanResult("new", [batch], gaps)
+    superseded = ledger.superseded_pending(conn, name)
+    if superseded:
+        first = superseded[0]
+        if all(frontier.get(r.tp) == r.from_offset for r in first.ranges):
+            return _reread_superseded(ledger, conn, run, first, output_path)
+    limits: dict[TopicPartition, int] = {}
+    for b in superseded:  # fill up to the superseded batches, never into them
+        for r in b.ranges:
+            limits[r.tp] = min(limits.get(r.tp, r.from_offset), r.from_offset)
+
+    offsets, lifted = lift_future_cuts(offsets, frontier, int(time.time() * 1000))
+    for tp, po in sorted(lifted.items()):
+        log.warning("pipeline %s: %s offset %d is stamped %s, more than 1 h ahead of now (a producer's clock?); "
+                    "Kafka places every time cut before then at that record, so run %s reads %s to its log end "
+                    "(%d) rather than leave the %d record(s) after the frontier waiting", name, tp, po.cut,
+                    _iso_ms(po.cut_timestamp_ms), run.run_id, tp, po.latest, po.latest - frontier[tp])
+    lag = sum(max(offsets[tp].latest - frontier[tp], 0) for tp in frontier if tp in offsets)
+    planned, gaps = plan_ranges(name, frontier, offsets, cfg.caps, cfg.on_data_loss, run.cut_timestamp_ms is not None,
+                                limits)
+    for g in gaps:
+        ledger.skip_gap(conn, name, g)
+        log.warning("pipeline %s: offsets [%d, %d) of %s/%d were deleted by retention before being read; "
+                    "skipped (on_data_loss: skip) and recorded as a gap", name, g.from_offset, g.until_offset,
+                    g.topic, g.partition)
+    if not planned:
+        if lag:
+            log.warning("pipeline %s: run %s reads nothing although %d record(s) wait past the frontier: they "
+                        "are stamped at or after the cut %s, so the run of their own interval reads them (a "
+                        "manual run, mode next, reads to the log end)", name, run.run_id, lag,
+                        run.data_interval_end)
+        else:
+            log.info("pipeline %s: nothing new to read for run %s (cut %s); no batch planned", name, run.run_id,
+                     run.data_interval_end or "log end")
+        return PlanResult("empty", [], gaps)
+    batch = ledger.insert_batch(conn, name, "incremental", planned, **run.ledger_fields,
+                                interval=(run.data_interval_start, run.data_interval_end),
+                                output_path=output_path, lag_at_plan=lag)
+    log.info("pipeline %s batch %d: planned for run %s, %d records (lag was %d): %s", name, batch.batch_id,
+             run.run_id, batch.records, lag, batch.describe_ranges())
+    return PlanResult("new", [batch], gaps)
 
 
 def check_batch_readable(name: str, batch: Batch, kafka: KafkaAdmin) -> None:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 import sqlalchemy as sa
 
 from offsetbatch.errors import RunRequestError
-from offsetbatch.ledger import Ledger
+from offsetbatch.ledger import Ledger, summaries
 from offsetbatch.ledger.errors import SummarizedBatchError
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.model import Gap, TopicPartition
@@ -122,7 +122,7 @@ def _refuse_summarized(ledger: Ledger, conn: sa.Connection, name: str, target: R
     """A rewind into offsets ledger maintenance summarized is refused while planning (a dry run says
     so too, naming what was asked): those batches' ranges are gone, so their output could not be
     superseded and would be read twice. ``Ledger.move_frontier`` refuses it again when applied."""
-    spans = ledger.history_spans(conn, name)
+    spans = summaries.history_spans(conn, name)
     for tp, to in sorted(positions.items()):
         span = spans.get(tp)
         if span is None or tp not in bounds or to >= bounds[tp][1] or to >= span.until_offset:

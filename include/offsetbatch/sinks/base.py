@@ -53,8 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
     from offsetbatch.jobspec import Manifest
-    from offsetbatch.maintenance.actions import Action, Horizon
-    from offsetbatch.maintenance.policy import MaintenanceSettings
+    from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
     from offsetbatch.source.admin import KafkaAdmin
 
 

@@ -23,6 +23,13 @@ RECORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")  # a change'
 POSITION = ("kafka_offset", "kafka_partition", "kafka_topic")  # ties of version_column, newest first
 
 
+def newest_first(version_column: str | None) -> list[str]:
+    """The one rule of every upsert: a key's newest change has the greatest ``version_column``
+    (when set), then offset, partition, topic. The columns, most significant first, each sorted
+    descending; the sinks write it in SQL (PostgreSQL) or as an Arrow sort (Iceberg)."""
+    return ([version_column] if version_column else []) + list(POSITION)
+
+
 class KeyedSettings(BaseModel):
     """The ``mode``/``key``/``version_column``/``delete_column`` fields and their checks; a sink's
     settings inherit them next to their own."""
@@ -80,6 +87,11 @@ class KeyedSettings(BaseModel):
     @property
     def upserts(self) -> bool:
         return self.mode == "upsert"
+
+    @property
+    def newest_first(self) -> list[str]:
+        """``newest_first(version_column)``: the columns that order a key's changes."""
+        return newest_first(self.version_column)
 
     def needed_columns(self) -> list[str]:
         """The staged columns an upsert reads: the key, the version and delete flag, the record's place."""

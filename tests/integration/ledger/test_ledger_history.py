@@ -1,4 +1,4 @@
-"""Bounded ledger history (``maintenance.ledger_history``) on SQLite and a real PostgreSQL: old
+"""Bounded ledger history (``ledger.history``) on SQLite and a real PostgreSQL: old
 finished batches folded into per-partition summaries, nothing live touched, ids never reused, a
 summarized batch refused by replay, passes idempotent and resumable after a SIGKILL."""
 
@@ -15,12 +15,13 @@ from datetime import datetime, timezone
 import pytest
 import sqlalchemy as sa
 
-from offsetbatch.ledger import Ledger, queries
-from offsetbatch.ledger.schema import batches, events, frontier, gaps, history, history_batches, ranges
+from offsetbatch.ledger import Ledger, queries, summaries
+from offsetbatch.ledger import history as ledger_history
 from offsetbatch.ledger.errors import SummarizedBatchError
-from offsetbatch.maintenance import ledger_history
-from offsetbatch.maintenance.actions import Horizon
+from offsetbatch.ledger.schema import batches, events, frontier, gaps, history, history_batches, ranges
+from offsetbatch.maintenance import ledger_actions
 from offsetbatch.model import Gap, OffsetRange, TopicPartition
+from offsetbatch.sinks.maintenance import Horizon
 from offsetbatch_dev.verify import contiguity
 
 pytestmark = pytest.mark.integration
@@ -126,7 +127,7 @@ def _horizon(split: datetime) -> Horizon:
 
 
 def _run(ledger: Ledger, split: datetime, chunk: int = CHUNK) -> dict[str, dict[str, int]]:
-    return {a.step: a.apply() for a in ledger_history.actions(ledger, NAME, _horizon(split), chunk)}
+    return {a.step: a.apply() for a in ledger_actions.actions(ledger, NAME, _horizon(split), chunk)}
 
 
 def _dump(ledger: Ledger) -> dict:
@@ -179,8 +180,8 @@ def test_a_pass_summarizes_old_finished_batches_and_keeps_everything_live(built)
     assert ledger.frontier_rows(NAME) == front
     with ledger.reading() as conn:
         got = {tp: (r.from_offset, r.until_offset, r.batches, r.first_batch_id, r.last_batch_id, r.rows_read,
-                    r.rows_rejected) for tp, r in Ledger.history_spans(conn, NAME).items()}
-        totals = Ledger.history_totals(conn, NAME)
+                    r.rows_rejected) for tp, r in summaries.history_spans(conn, NAME).items()}
+        totals = summaries.history_totals(conn, NAME)
     assert got == spans and T2 not in got
     assert (totals.batches, totals.replays, totals.first_batch_id, totals.last_batch_id) == (61, 1, 1, 64)
     assert contiguity(ledger, NAME) == []  # summary spans count as covered, with the gap inside t/1's
@@ -258,14 +259,14 @@ def test_pages_and_status_show_the_summary(built):
 def test_a_second_pass_and_a_dry_run_change_nothing(built):
     ledger, split = built
     before = _dump(ledger)
-    planned = ledger_history.actions(ledger, NAME, _horizon(split), CHUNK)  # a dry run lists, applies nothing
+    planned = ledger_actions.actions(ledger, NAME, _horizon(split), CHUNK)  # a dry run lists, applies nothing
     assert [a.step for a in planned] == ["ledger.summarize-history", "ledger.drop-run-events"]
     assert planned[0].counts["batches"] == len(SUMMARIZED) and planned[0].counts["replays"] == 1
     assert planned[0].counts["ranges"] == 2 * 59 + 1  # 1..60 but 3 on t/0 and t/1, 63 on t/0
     assert _dump(ledger) == before
     _run(ledger, split)
     once = _dump(ledger)
-    assert ledger_history.actions(ledger, NAME, _horizon(split), CHUNK) == []
+    assert ledger_actions.actions(ledger, NAME, _horizon(split), CHUNK) == []
     assert _dump(ledger) == once
 
 
@@ -274,8 +275,8 @@ def test_a_pass_killed_after_a_chunk_is_completed_by_the_next(url_of):
     try:
         split_k, split_w = _scenario(killed), _scenario(whole)
         script = ("import sys; from datetime import datetime; from offsetbatch.ledger import Ledger; "
-                  "from offsetbatch.maintenance import ledger_history as h; "
-                  "from offsetbatch.maintenance.actions import Horizon; "
+                  "from offsetbatch.maintenance import ledger_actions as h; "
+                  "from offsetbatch.sinks.maintenance import Horizon; "
                   "t = datetime.fromisoformat(sys.argv[2]); "
                   "[a.apply() for a in h.actions(Ledger(sys.argv[1]), 'p', Horizon(t, t, t, t), 10)]")
         env = {**os.environ, "OFFSETBATCH_FAULTS": f"{ledger_history.FAULT}:kill"}
@@ -283,7 +284,7 @@ def test_a_pass_killed_after_a_chunk_is_completed_by_the_next(url_of):
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == -9, proc.stderr
         with killed.reading() as conn:
-            first = Ledger.history_totals(conn, NAME)
+            first = summaries.history_totals(conn, NAME)
         assert 0 < first.batches < len(SUMMARIZED) + 1  # one chunk in, complete on its own
         assert contiguity(killed, NAME) == []
         _run(killed, split_k)

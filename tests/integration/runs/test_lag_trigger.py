@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from harness import AirflowServices, worker_port
 
-from offsetbatch.dag.lag_trigger import input_asset_uri
+from offsetbatch.dag.input_asset import input_asset_uri
 from offsetbatch.ledger.schema import events as ledger_events
 from offsetbatch.ops.status import pipeline_status
 from offsetbatch.pipeline import Pipeline

@@ -24,11 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from offsetbatch.jobspec import Manifest, RangeReport
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
-from offsetbatch.sinks.files_maintenance import groups
-from offsetbatch.sinks.files_maintenance import layout as where
 from offsetbatch.sinks.files import FilesSink
+from offsetbatch.sinks.files import groups
+from offsetbatch.sinks.files import layout as where
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings, MiB
 
 pytestmark = pytest.mark.integration
 
@@ -270,9 +269,8 @@ def _killed(code: str, point: str) -> None:
 
 PASS = """
 from datetime import datetime, timedelta, timezone
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
 from offsetbatch.sinks.files import FilesSink
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings, MiB
 policy = MaintenanceSettings(target_file_size=MiB, min_input_files={min_input_files}, retain="7d", in_flight_grace="1d")
 now = datetime.now(timezone.utc)
 sink = FilesSink.at({root!r}, "events")

@@ -30,10 +30,9 @@ from offsetbatch_dev import verify
 
 from offsetbatch import storage
 from offsetbatch.jobspec import Manifest, RangeReport
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
 from offsetbatch.sinks.files import FilesSink
-from offsetbatch.sinks.files_maintenance import layout as where
+from offsetbatch.sinks.files import layout as where
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings, MiB
 
 pytestmark = pytest.mark.integration
 
@@ -262,8 +261,7 @@ def _killed(sink: FilesSink, s3_server, call: str, point: str, days_ahead: float
     """Run ``call`` on the sink in a process of its own that is SIGKILLed at ``point``."""
     code = _child(sink) + f"""
 from datetime import datetime, timedelta, timezone
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings, MiB
 policy = MaintenanceSettings(target_file_size=MiB, min_input_files={min_input_files}, retain="7d", in_flight_grace="2d")
 now = datetime.now(timezone.utc) + timedelta(days={days_ahead})
 horizon = Horizon(now, now - timedelta(days=7), now - timedelta(days=2), now - timedelta(days=90))

@@ -21,12 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from offsetbatch.jobspec import Manifest, RangeReport
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MaintenanceSettings
 from offsetbatch.sinks import settings_for
 from offsetbatch.sinks.iceberg import IcebergSink, maintenance, markers
 from offsetbatch.sinks.iceberg.catalog import open_catalog
 from offsetbatch.sinks.iceberg.rewrite import batch_bounds
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings
 
 pytestmark = pytest.mark.integration
 MiB = 1024 * 1024
@@ -34,10 +33,9 @@ PIPELINE = "events"
 PASS = """
 import json, sys
 from datetime import datetime
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MaintenanceSettings
 from offsetbatch.sinks import settings_for
 from offsetbatch.sinks.iceberg import IcebergSink
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings
 cfg, policy, horizon = (json.loads(a) for a in sys.argv[1:4])
 sink = IcebergSink("events", settings_for(cfg))
 h = Horizon(*(datetime.fromisoformat(horizon[k]) for k in ("now", "retain_before", "grace_before", "ledger_before")))

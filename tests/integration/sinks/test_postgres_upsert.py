@@ -219,14 +219,14 @@ def test_a_new_batch_is_checked_against_the_table_row_or_for_a_deleted_key_the_l
 
 
 def test_maintenance_trims_the_log_to_what_a_replay_can_still_need(postgres, tmp_path):
-    """Once the ledger has summarized batches 1 and 2 (``maintenance.ledger_history``; here its
+    """Once the ledger has summarized batches 1 and 2 (``ledger.history``; here its
     summary row is written directly, the sink's commits having no ledger batch rows), they can no
     longer be replayed: of their changes only each key's newest can still decide, when a kept batch
     holding a newer one is replayed or retired. The pass deletes the rest, a delete included when
     a newer change supersedes it, and keeps a delete that is a key's newest."""
     from datetime import datetime, timezone
 
-    from offsetbatch.maintenance.actions import Horizon
+    from offsetbatch.sinks.maintenance import Horizon
 
     t = Table(postgres, tmp_path, version_column="lsn")
     t.commit([(0, 0, 1, "a", False), (1, 0, 2, "x", False), (0, 1, 5, "e", False)], version=[10, 11, 12])

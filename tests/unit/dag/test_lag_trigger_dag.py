@@ -9,7 +9,8 @@ import logging
 import yaml
 
 from offsetbatch.dag.factory import pipeline_dag
-from offsetbatch.dag.lag_trigger import LagTrigger, _Reader, input_asset_uri
+from offsetbatch.dag.input_asset import input_asset_uri
+from offsetbatch.dag.lag_trigger import LagTrigger, _Reader
 
 RULE = {"min_records": 1000, "max_delay": "2m", "poll": "5s"}
 

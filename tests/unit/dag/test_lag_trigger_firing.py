@@ -11,8 +11,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from offsetbatch.dag.lag_trigger import input_asset_uri
-from offsetbatch.dag.lag_trigger import fired_by
+from offsetbatch.dag.input_asset import fired_by, input_asset_uri
 from offsetbatch.ledger import Ledger, queries
 from offsetbatch.ops.report import status_table
 from offsetbatch.ops.status import PipelineStatus, last_fired

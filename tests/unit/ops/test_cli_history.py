@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from offsetbatch.ledger import Ledger
-from offsetbatch.maintenance import ledger_history
-from offsetbatch.maintenance.actions import Horizon
+from offsetbatch.maintenance import ledger_actions
 from offsetbatch.model import OffsetRange, TopicPartition
 from offsetbatch.ops import cli
+from offsetbatch.sinks.maintenance import Horizon
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
 
@@ -36,7 +36,7 @@ def _summarized(tmp_path: Path) -> Path:
                 led.commit_batch(conn, b, {"rows_in": 1, "rows_out": 1}, {})
                 led.mark_published(conn, "orders", b.batch_id)
         now = datetime.now(timezone.utc)
-        for action in ledger_history.actions(led, "orders", Horizon(now, now, now, now)):
+        for action in ledger_actions.actions(led, "orders", Horizon(now, now, now, now)):
             action.apply()
     return folder
 

@@ -10,6 +10,7 @@ import yaml
 
 from offsetbatch.config import ConfigError, LagTriggerSettings, load_config
 from offsetbatch.model import TopicPartition
+from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.freshness import REARM_AFTER_S, LagWatch, Waiting, describe_rule, oldest_age, waiting
 from offsetbatch.source.admin import PartitionOffsets
 
@@ -75,11 +76,11 @@ class FakeLedger:
 
 
 def test_waiting_counts_past_the_frontier_and_from_the_starting_policy_where_there_is_none(tmp_path):
-    cfg = _load(tmp_path, {"trigger": {"min_records": 1}})
+    cfg = Pipeline(_load(tmp_path, {"trigger": {"min_records": 1}}))
     seen = waiting(cfg, FakeLedger({A: 70}), FakeAdmin({A: 100, B: 40}, earliest={B: 10}))
     assert (seen.records, seen.starts) == (30 + 30, {A: 70, B: 10})  # B untracked: from its earliest
     assert waiting(cfg, None, FakeAdmin({A: 5})).records == 5  # no ledger yet
-    latest = _load(tmp_path, {"trigger": {"min_records": 1}}, starting_policy="latest")
+    latest = Pipeline(_load(tmp_path, {"trigger": {"min_records": 1}}, starting_policy="latest"))
     assert waiting(latest, FakeLedger({A: 70}), FakeAdmin({A: 100, B: 40})).starts == {A: 70}
     assert waiting(cfg, FakeLedger({A: 5}), FakeAdmin({A: 100}, earliest={A: 60})).records == 40  # retention passed it
     assert waiting(cfg, FakeLedger({A: 100}), FakeAdmin({A: 100})).records == 0

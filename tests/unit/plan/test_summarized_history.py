@@ -1,4 +1,4 @@
-"""Replays and resets meet history ledger maintenance summarized (``maintenance.ledger_history``) on a
+"""Replays and resets meet history ledger maintenance summarized (``ledger.history``) on a
 real SQLite ledger with a stand-in for Kafka's offset lookups: a replay by id or by window that
 reaches summarized batches, and a rewind into them, are refused with nothing changed; a rewind
 that stays after the summary works as before."""
@@ -11,15 +11,16 @@ from types import SimpleNamespace
 import pytest
 
 from offsetbatch.ledger import Ledger, queries
+from offsetbatch.ledger import history as ledger_history
 from offsetbatch.ledger.store import SummarizedBatchError
-from offsetbatch.maintenance import ledger_history
-from offsetbatch.maintenance.actions import Horizon
+from offsetbatch.maintenance import ledger_actions
 from offsetbatch.model import OffsetRange, TopicPartition
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.plan.planner import RunInfo, refuse_a_summarized_run
 from offsetbatch.plan.replay import plan_window, replay_targets
 from offsetbatch.plan.request import ResetTarget
 from offsetbatch.plan.reset import apply_reset, plan_reset
+from offsetbatch.sinks.maintenance import Horizon
 from offsetbatch.source.admin import PartitionOffsets
 
 P0, P1 = TopicPartition("t", 0), TopicPartition("t", 1)
@@ -61,7 +62,7 @@ def ledger(tmp_path):
             led.commit_batch(conn, b, {}, {})
             led.mark_published(conn, "p", b.batch_id)
     now = datetime.now(timezone.utc)
-    for action in ledger_history.actions(led, "p", Horizon(now, now, now, now)):
+    for action in ledger_actions.actions(led, "p", Horizon(now, now, now, now)):
         action.apply()
     yield led
     led.dispose()

@@ -1,4 +1,4 @@
-"""The files sink's compaction as logic (``sinks.files_maintenance``): row spans, file sizes, schemas,
+"""The files sink's compaction as logic (``sinks.files``): row spans, file sizes, schemas,
 intents that finish whatever a crash left, and the group manifest's round trip. The integration
 module runs it all on a published table, with SIGKILLs."""
 
@@ -13,12 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from offsetbatch.jobspec import Manifest, RangeReport
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MiB, MaintenanceSettings
-from offsetbatch.sinks.files_maintenance import compaction, groups, intents
-from offsetbatch.sinks.files_maintenance import layout as where
 from offsetbatch.sinks.base import Maintained
 from offsetbatch.sinks.files import FilesSink
+from offsetbatch.sinks.files import compaction, groups, intents
+from offsetbatch.sinks.files import layout as where
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings, MiB
 
 
 def _table(n: int, start: int = 0, **extra: pa.Array) -> pa.Table:

@@ -1,4 +1,4 @@
-"""The maintenance task: one ``offsetbatch.maintain.maintain`` pass of a pipeline."""
+"""The maintenance task: one ``offsetbatch.maintenance.maintain`` pass of a pipeline."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class MaintainOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict:
         from offsetbatch.dag.retry_policy import fail_without_retry
-        from offsetbatch.maintain import maintain
+        from offsetbatch.maintenance import maintain
         from offsetbatch.pipeline import Pipeline
 
         dag_run = context.get("dag_run")

@@ -52,7 +52,7 @@ class CommitOperator(BatchLineage, BaseOperator):
 
 def run_plan(cfg_path: str, ctx: Any) -> dict:
     """The plan task: the trigger's keys as the user sent them, then ``tasks.plan_step``."""
-    from offsetbatch.dag.lag_trigger import fired_by, input_asset_uri
+    from offsetbatch.dag.input_asset import fired_by, input_asset_uri
     from offsetbatch.dag.retry_policy import fail_without_retry
     from offsetbatch.dag.tasks import plan_step
 

@@ -44,17 +44,17 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from offsetbatch import faults, storage
-from offsetbatch.maintenance.actions import Action, Horizon
 from offsetbatch.sinks.iceberg import markers
 from offsetbatch.sinks.iceberg.catalog import open_catalog
 from offsetbatch.sinks.iceberg.rewrite import read_rows, write_rows
+from offsetbatch.sinks.maintenance import Action, Horizon
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
 
-    from offsetbatch.maintenance.policy import MaintenanceSettings
+    from offsetbatch.sinks.maintenance import MaintenanceSettings
     from offsetbatch.sinks.iceberg.settings import IcebergSettings
 
 log = logging.getLogger(__package__)

@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame, SparkSession
 
-    from offsetbatch.maintenance.actions import Action, Horizon
-    from offsetbatch.maintenance.policy import MaintenanceSettings
+    from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
 
 log = logging.getLogger(__package__)
 

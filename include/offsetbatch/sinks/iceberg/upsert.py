@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch.errors import SinkSchemaError
-from offsetbatch.sinks.keyed import POSITION, RECORD_COLUMNS
+from offsetbatch.sinks.keyed import RECORD_COLUMNS, newest_first
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,8 +53,7 @@ class UpsertRule:
     @property
     def order(self) -> list[tuple[str, str]]:
         """Sort keys: each key's newest change first."""
-        newest = ([self.version_column] if self.version_column else []) + list(POSITION)
-        return [(k, "ascending") for k in self.key] + [(c, "descending") for c in newest]
+        return [(k, "ascending") for k in self.key] + [(c, "descending") for c in newest_first(self.version_column)]
 
 
 @dataclass(frozen=True)

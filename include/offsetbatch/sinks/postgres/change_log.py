@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 from offsetbatch.errors import SinkSchemaError
-from offsetbatch.sinks.keyed import POSITION
 from offsetbatch.sinks.postgres.schema import TableSchema
 
 log = logging.getLogger(__package__)
@@ -144,7 +143,7 @@ class ChangeLog:
 
         newest = sql.Identifier(f"ob_newest_{output_id}")
         cols = [*self.sink._columns(cur)]
-        order = ([self.settings.version_column] if self.settings.version_column else []) + list(POSITION)
+        order = self.settings.newest_first
         key_match = sql.SQL(" AND ").join(sql.SQL("t.{c} = n.{c}").format(c=sql.Identifier(c)) for c in self.settings.key)
         log_match = sql.SQL(" AND ").join(sql.SQL("c.{c} = n.{c}").format(c=sql.Identifier(c)) for c in self.settings.key)
 
@@ -208,8 +207,7 @@ class ChangeLog:
         from psycopg2 import sql
 
         cols = sql.SQL(", ").join(map(sql.Identifier, self.sink._columns(cur)))
-        order = [sql.SQL("{} DESC").format(sql.Identifier(c)) for c in
-                 ([self.settings.version_column] if self.settings.version_column else []) + list(POSITION)]
+        order = [sql.SQL("{} DESC").format(sql.Identifier(c)) for c in self.settings.newest_first]
         deleted = (sql.SQL("WHERE {} IS NOT TRUE").format(sql.Identifier(self.settings.delete_column))
                    if self.settings.delete_column else sql.SQL(""))
         return self._sql("INSERT INTO {table} ({cols}) SELECT {cols} FROM (SELECT DISTINCT ON ({key}) * FROM {changes} "
@@ -265,7 +263,7 @@ class ChangeLog:
     # ---- maintenance: the log bounded by the ledger's history -----------------------------------
 
     def trim(self, cur, pipeline: str) -> int:
-        """Delete the changes of summarized output ids (``maintenance.ledger_history``: in no batch
+        """Delete the changes of summarized output ids (``ledger.history``: in no batch
         row of the ledger any more, at or below its summary's last id) that a newer change of the
         same key, also summarized, supersedes. A summarized batch can no longer be replayed or
         retired, so of its keys' changes only the newest can still decide (when a kept batch
@@ -281,8 +279,8 @@ class ChangeLog:
         cur.execute(self._sql("CREATE TEMPORARY TABLE ob_trimmed ON COMMIT DROP AS SELECT DISTINCT batch_id FROM "
                               "{changes} WHERE batch_id <= %s EXCEPT SELECT batch_id FROM ob_batches WHERE pipeline = %s"),
                     (found[0], pipeline))
-        order = ([self.settings.version_column] if self.settings.version_column else []) + list(POSITION)
-        newest_first = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(c)) for c in order)
+        newest_first = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(c))
+                                          for c in self.settings.newest_first)
         cur.execute(self._sql("DELETE FROM {changes} WHERE ctid IN (SELECT ctid FROM (SELECT ctid, row_number() OVER "
                               "(PARTITION BY {key} ORDER BY {newest_first}) AS n FROM {changes} WHERE batch_id IN "
                               "(SELECT batch_id FROM ob_trimmed)) ranked WHERE n > 1)", newest_first=newest_first))

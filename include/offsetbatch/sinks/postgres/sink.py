@@ -28,8 +28,7 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
     from pyspark.sql import DataFrame, SparkSession
 
-    from offsetbatch.maintenance.actions import Action, Horizon
-    from offsetbatch.maintenance.policy import MaintenanceSettings
+    from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
 
 log = logging.getLogger(__package__)  # the package's logger: every postgres sink message under one name
 
@@ -284,7 +283,7 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Maintained, Sink):
         mode has nothing to maintain (the ledger's batch rows are its markers)."""
         if self.settings.mode != "upsert":
             return []
-        from offsetbatch.maintenance.actions import Action
+        from offsetbatch.sinks.maintenance import Action
 
         def apply() -> dict[str, int]:
             with self._connect() as conn:

@@ -15,7 +15,7 @@ each checkpoint, on the real broker: the planner's plan of a new batch (``plan_f
 commit (``Ledger.commit_batch`` under the lock), ``offsetbatch status`` and ``offsetbatch batches``
 run in-process (``ops.cli.main`` with ``--pipelines``, output discarded), the UI pages of
 ``ui_pages.pages`` through a real ``airflow api-server`` (``ui_pages.ApiServer``/``time_page``),
-and the ledger's size. Then one maintenance pass (``offsetbatch.maintain.maintain``, ``now`` = the
+and the ledger's size. Then one maintenance pass (``offsetbatch.maintenance.run.maintain``, ``now`` = the
 clock, ``ledger_retain`` = ``--ledger-retain``) and the same figures after it.
 
 **Sinks** (files, Iceberg, PostgreSQL): grown to ``--sink-batches`` through the product's whole
@@ -370,10 +370,10 @@ def measure_ledger(lr: LedgerRun, pipeline, ledger, kafka, clock: SimClock, base
 
 
 def run_maintenance(pipeline, ledger, now: datetime) -> tuple[dict | None, str | None]:
-    """One pass of ``offsetbatch.maintain.maintain`` at ``now`` (being written alongside this
+    """One pass of ``offsetbatch.maintenance.run.maintain`` at ``now`` (being written alongside this
     benchmark): (its ``Pass.to_dict()``, None), or (None, the error) when it cannot run yet."""
     try:
-        from offsetbatch.maintain import maintain
+        from offsetbatch.maintenance import maintain
 
         result = maintain(pipeline, ledger, dry_run=False, actor="bench:growth", now=now)
         return {**result.to_dict(), "wall_seconds": result.seconds}, None
@@ -893,7 +893,7 @@ def sink_targets(sink_runs: list[SinkRun], args) -> list[str]:
             grace_day = None
             if sr.figures.get("maintained", {}).get("days"):
                 grace_day = max(sr.figures["maintained"]["days"])  # the newest day may still be in flight
-            # files: per day and compaction group (module docstring of sinks/files_maintenance)
+            # files: per day and compaction group (module docstring of sinks/files/maintenance.py)
             by = (after.get("day groups") if sr.sink == "files" else after.get("days")) or {}
             ok, worst = day_bound_ok(by, target, grace_day, after.get("day folders") if sr.sink != "files" else None)
             ok = ok and sr.maintenance is not None

@@ -7,12 +7,12 @@ import logging
 from dataclasses import dataclass, field
 
 from offsetbatch import faults, storage
-from offsetbatch.maintenance.actions import Horizon
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.files_maintenance.intents import pending_intents
-from offsetbatch.sinks.files_maintenance.layout import (RETENTION_DELETING, CompactionLayout, FilesTable,
-                                                        GroupManifest, mtime, newest_mtime, utc)
-from offsetbatch.sinks.files_maintenance.object_store import group_manifests
+from offsetbatch.sinks.files.intents import pending_intents
+from offsetbatch.sinks.files.layout import (RETENTION_DELETING, CompactionLayout, FilesTable,
+                                            GroupManifest, mtime, newest_mtime, utc)
+from offsetbatch.sinks.files.object_store import group_manifests
+from offsetbatch.sinks.maintenance import Horizon
 from offsetbatch.sinks.staging import ATTEMPTS, LEGACY_ATTEMPTS
 
 log = logging.getLogger(__package__)

@@ -9,10 +9,10 @@ from dataclasses import asdict
 from typing import Iterable
 
 from offsetbatch import faults, storage
-from offsetbatch.sinks.files_maintenance.intents import Intent, carry_out, write_intent
-from offsetbatch.sinks.files_maintenance.layout import (GROUP_LEFT, GROUP_SWAPPING, CompactionLayout, FilesTable,
-                                                        GroupManifest, local_path, now_iso,
-                                                        partition_of)
+from offsetbatch.sinks.files.intents import Intent, carry_out, write_intent
+from offsetbatch.sinks.files.layout import (GROUP_LEFT, GROUP_SWAPPING, CompactionLayout, FilesTable,
+                                            GroupManifest, local_path, now_iso,
+                                            partition_of)
 
 log = logging.getLogger(__package__)
 

@@ -29,10 +29,9 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from offsetbatch import faults
-from offsetbatch.ledger import Ledger
+from offsetbatch.ledger import Ledger, summaries
 from offsetbatch.ledger import engine as eng
 from offsetbatch.ledger.schema import batches, events, frontier, history, history_batches, ranges
-from offsetbatch.maintenance.actions import Action, Horizon
 
 FAULT = "maintain.ledger_chunk_committed"
 CHUNK_BATCHES = 10_000
@@ -67,32 +66,6 @@ class Chunk:
     def ids(self) -> list[int]:
         return self.targets + self.replays
 
-
-def actions(ledger: Ledger, pipeline_name: str, horizon: Horizon, chunk: int = CHUNK_BATCHES) -> list[Action]:
-    """The ledger's maintenance actions for ``pipeline_name`` at ``horizon.ledger_before``; reads only.
-
-    At most two: ``ledger.summarize-history`` (batches, their ranges and per-batch events folded into
-    the summaries) and ``ledger.drop-run-events`` (``RUN_EVENTS`` past the horizon); none when there
-    is nothing to do. Each ``apply`` takes the pipeline's ledger lock per chunk of ``chunk`` batches
-    itself (``offsetbatch.maintain`` calls it without the lock) and returns what it changed."""
-    before = _utc(horizon.ledger_before)
-    limit = _chunk_size(ledger, pipeline_name, chunk)
-    found = _count(ledger, pipeline_name, before, limit)
-    out = []
-    if found["batches"]:
-        out.append(Action(
-            "ledger.summarize-history", f"ledger of {pipeline_name}",
-            f"summarize {found['batches']:,} finished batches ({found['replays']:,} replays) committed before "
-            f"{before.isoformat()}, with {found['ranges']:,} ranges and {found['events']:,} per-batch events, into "
-            f"one row per partition", counts=found,
-            apply=lambda: summarize(ledger, pipeline_name, before, limit)))
-    old = _run_events(ledger, pipeline_name, before)
-    if old:
-        out.append(Action(
-            "ledger.drop-run-events", f"ledger of {pipeline_name}",
-            f"delete {old:,} {'/'.join(RUN_EVENTS)} events from before {before.isoformat()}", counts={"events": old},
-            apply=lambda: drop_run_events(ledger, pipeline_name, before, chunk)))
-    return out
 
 
 def summarize(ledger: Ledger, name: str, before: datetime, limit: int = CHUNK_BATCHES) -> dict[str, int]:
@@ -138,7 +111,7 @@ def select_chunk(conn: sa.Connection, name: str, before: datetime, cursor: int, 
                                   batches.c.published_at, batches.c.committed_at, batches.c.planned_at)
                         .where(batches.c.pipeline == name, batches.c.batch_id > cursor)
                         .order_by(batches.c.batch_id).limit(limit)).all()
-    looked = [r for r in rows if _utc(r.planned_at) < before]
+    looked = [r for r in rows if utc(r.planned_at) < before]
     chunk = Chunk(cursor=looked[-1].batch_id if looked else cursor,
                   done=len(rows) < limit or len(looked) < len(rows))
     named = set(conn.execute(sa.select(frontier.c.batch_id).where(
@@ -157,8 +130,8 @@ def select_chunk(conn: sa.Connection, name: str, before: datetime, cursor: int, 
     keep = set(chunk.targets)
     chosen = [r for r in looked if r.batch_id in keep]
     if chosen:
-        chunk.since = min(_utc(r.planned_at) for r in chosen)
-        chunk.until = max(_utc(r.committed_at) for r in chosen) + _EVENT_SLACK
+        chunk.since = min(utc(r.planned_at) for r in chosen)
+        chunk.until = max(utc(r.committed_at) for r in chosen) + _EVENT_SLACK
     return chunk
 
 
@@ -212,7 +185,7 @@ def _merge_span(conn: sa.Connection, name: str, s: sa.Row) -> None:
 
 def _merge_totals(conn: sa.Connection, name: str, t: sa.Row, replays: int, path: str | None) -> None:
     """Fold the chunk's batches into the pipeline's ``ob_history_batches`` row."""
-    old = Ledger.history_totals(conn, name)
+    old = summaries.history_totals(conn, name)
     if old is None:
         conn.execute(history_batches.insert().values(
             pipeline=name, batches=t.n, replays=replays, first_batch_id=t.first, last_batch_id=t.last,
@@ -227,7 +200,7 @@ def _merge_totals(conn: sa.Connection, name: str, t: sa.Row, replays: int, path:
         last_output_path=path if t.last >= old.last_batch_id else old.last_output_path, updated_at=eng.now()))
 
 
-def _count(ledger: Ledger, name: str, before: datetime, limit: int) -> dict[str, int]:
+def count(ledger: Ledger, name: str, before: datetime, limit: int) -> dict[str, int]:
     """What ``summarize`` would do now, walking the same chunks read-only (a dry run's figures)."""
     found = {"batches": 0, "replays": 0, "ranges": 0, "events": 0}
     cursor = 0
@@ -252,7 +225,8 @@ def _events_of(name: str, chunk: Chunk) -> sa.ColumnElement:
                    events.c.kind.in_(BATCH_EVENTS), events.c.batch_id.in_(chunk.targets))
 
 
-def _run_events(ledger: Ledger, name: str, before: datetime) -> int:
+def count_run_events(ledger: Ledger, name: str, before: datetime) -> int:
+    """How many ``RUN_EVENTS`` ``drop_run_events`` would delete now."""
     with ledger.reading() as conn:
         return conn.execute(sa.select(sa.func.count()).select_from(events)
                             .where(_old_run_events(conn, name, before))).scalar_one()
@@ -266,7 +240,7 @@ def _old_run_events(conn: sa.Connection, name: str, before: datetime) -> sa.Colu
                    events.c.id.not_in([i for i in newest if i is not None]))
 
 
-def _chunk_size(ledger: Ledger, name: str, chunk: int) -> int:
+def chunk_size(ledger: Ledger, name: str, chunk: int) -> int:
     """``chunk`` batches, fewer when each batch has many ranges (``CHUNK_RANGES`` per transaction)."""
     with ledger.reading() as conn:
         parts = conn.execute(sa.select(sa.func.count()).select_from(frontier)
@@ -284,17 +258,17 @@ def _among(column: sa.ColumnElement, ids: list[int]) -> sa.ColumnElement:
 def _finished(r: sa.Row, before: datetime) -> bool:
     """Committed, published and committed before ``before``: nothing live needs the row."""
     return (r.status == "committed" and r.published_at is not None and r.committed_at is not None
-            and _utc(r.committed_at) < before)
+            and utc(r.committed_at) < before)
 
 
-def _utc(t: datetime) -> datetime:
+def utc(t: datetime) -> datetime:
     """SQLite gives naive datetimes back (the ledger writes UTC)."""
     return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
-    return min((_utc(x) for x in (a, b) if x is not None), default=None)
+    return min((utc(x) for x in (a, b) if x is not None), default=None)
 
 
 def _latest(a: datetime | None, b: datetime | None) -> datetime | None:
-    return max((_utc(x) for x in (a, b) if x is not None), default=None)
+    return max((utc(x) for x in (a, b) if x is not None), default=None)

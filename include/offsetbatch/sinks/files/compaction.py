@@ -13,12 +13,11 @@ from datetime import date, timezone
 
 from offsetbatch import faults, storage
 from offsetbatch.jobspec import Manifest
-from offsetbatch.maintenance.actions import Horizon
-from offsetbatch.maintenance.policy import MaintenanceSettings
-from offsetbatch.sinks.files_maintenance.intents import Intent, carry_out, finish_pending, write_intent
-from offsetbatch.sinks.files_maintenance.layout import (COMPACTION_STAGED, COMPACTION_SWAPPING, CompactionLayout,
-                                                        FilesTable, GroupManifest, day_of, local_path, mib, mtime,
-                                                        now_iso, output_ids, root_relative, utc)
+from offsetbatch.sinks.files.intents import Intent, carry_out, finish_pending, write_intent
+from offsetbatch.sinks.files.layout import (COMPACTION_STAGED, COMPACTION_SWAPPING, CompactionLayout,
+                                            FilesTable, GroupManifest, day_of, local_path, mib, mtime,
+                                            now_iso, output_ids, root_relative, utc)
+from offsetbatch.sinks.maintenance import Horizon, MaintenanceSettings
 
 log = logging.getLogger(__package__)
 

@@ -1,10 +1,11 @@
 """``maintain(pipeline)``: one maintenance pass, from the CLI (``offsetbatch maintain``) or the
-pipeline's maintenance DAG; what a pass is made of is ``offsetbatch.maintenance``.
+pipeline's maintenance DAG; what a pass is made of is ``sinks.maintenance`` (``Action``, ``Horizon``,
+the ``maintenance:`` settings).
 
 A pass first publishes every batch the ledger committed and a crash left unpublished (the same
 roll-forward every plan and commit does), so no action ever meets output that is half there. Then
 it applies, in order, the sink's actions (``sinks.base.Maintained``), the ledger's
-(``ledger_history``) and the deletion of the job specs of batches the ledger summarized. Each
+(``ledger_actions``) and the deletion of the job specs of batches the ledger summarized. Each
 action but the ledger's runs holding the pipeline's ledger lock, the lock every plan and commit
 takes: a run's plan or commit waits for the action in progress, and runs go on between actions.
 The ledger's history takes the lock per chunk itself. The pass is audited in the ledger's
@@ -21,11 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from offsetbatch import redact
-from offsetbatch.ledger import Ledger
-from offsetbatch.maintenance.actions import Action, Horizon
-from offsetbatch.maintenance.policy import MaintenanceSettings
+from offsetbatch.ledger import Ledger, summaries
+from offsetbatch.maintenance import ledger_actions
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.sinks import Maintained
+from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
 
 log = logging.getLogger(__name__)
 EVENT = "maintenance"
@@ -73,12 +74,10 @@ class Pass:
 
 def plan(pipeline: Pipeline, ledger: Ledger, when: Horizon) -> list[tuple[Action, bool]]:
     """The pass's actions, each with whether it is applied under the pipeline's lock; nothing changes."""
-    from offsetbatch.maintenance import ledger_history
-
     sink = pipeline.sink
     policy = pipeline.cfg.maintenance
     planned = [(a, True) for a in sink.maintenance(policy, when)] if isinstance(sink, Maintained) else []
-    history = ledger_history.actions(ledger, pipeline.name, when)
+    history = ledger_actions.actions(ledger, pipeline.name, when)
     planned += [(a, False) for a in history]
     specs = _job_specs_action(pipeline, ledger, summarizing=bool(history))
     return planned + ([(specs, True)] if specs else [])
@@ -97,7 +96,7 @@ def _job_specs_action(pipeline: Pipeline, ledger: Ledger, summarizing: bool) -> 
 
     def summarized() -> list[str]:
         with ledger.reading() as conn:
-            done = ledger.history_totals(conn, pipeline.name)
+            done = summaries.history_totals(conn, pipeline.name)
         if done is None:
             return []
         names = {f"batch_id={i}.json": i for i in range(done.first_batch_id, done.last_batch_id + 1)}

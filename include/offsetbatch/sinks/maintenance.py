@@ -1,9 +1,26 @@
-"""``maintenance:`` in a pipeline's YAML: how long history is kept and how small files are joined.
+"""The maintenance seam: what a pass hands a sink and what the sink hands back.
 
-Every field has a default, so a pipeline without the block is maintained by ``offsetbatch maintain``
-with them; ``schedule`` alone decides whether Airflow runs it (a DAG of its own per pipeline)."""
+* ``MaintenanceSettings``: ``maintenance:`` in a pipeline's YAML: how long history is kept and how
+  small files are joined. Every field has a default, so a pipeline without the block is maintained
+  by ``offsetbatch maintain`` with them; ``schedule`` alone decides whether Airflow runs it (a DAG of
+  its own per pipeline).
+* ``Horizon``: the times every action of one pass agrees on.
+* ``Action``: a pass expressed as data. Each sink (``Maintained.maintenance``) and the ledger say
+  what they would do as a list of actions; ``offsetbatch.maintenance`` prints them (``--dry-run``)
+  or runs them in order. An action is planned from what the target holds at planning time; its
+  ``apply`` re-reads what it needs, is idempotent, and finishes what an earlier killed pass began
+  (each one says how), so a SIGKILL anywhere leaves nothing that the next pass does not complete.
+
+It sits below every sink so a sink can say what it would do without knowing who runs it; each sink's
+own maintenance is in its package (``sinks.files.maintenance``, ``sinks.iceberg.maintenance``,
+``sinks.postgres.change_log``).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -48,3 +65,30 @@ class MaintenanceSettings(BaseModel):
                              f"files of abandoned attempts would outlive the history that explains them; shorten "
                              f"in_flight_grace or lengthen retain")
         return self
+
+
+
+@dataclass
+class Action:
+    """One step of a pass. ``step`` names it for logs and the audit (``iceberg.expire-snapshots``),
+    ``summary`` is the line a dry run prints, ``counts`` the figures it expects to change, and
+    ``apply`` does it, returning the figures it changed."""
+
+    step: str
+    target: str
+    summary: str
+    counts: dict[str, int] = field(default_factory=dict)
+    apply: Callable[[], dict[str, int]] = lambda: {}
+
+    def describe(self) -> str:
+        return f"{self.step} on {self.target}: {self.summary}"
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """The times a pass keeps things after, computed once so every action of a pass agrees."""
+
+    now: datetime
+    retain_before: datetime      # snapshots, attempts, trash, rejected records older than this may go
+    grace_before: datetime       # unreferenced files older than this may go (younger: maybe in flight)
+    ledger_before: datetime      # ledger history older than this is summarized

@@ -28,11 +28,11 @@ from dataclasses import asdict
 
 from offsetbatch import faults, storage
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks.files_maintenance.groups import group_of, rewrite_without
-from offsetbatch.sinks.files_maintenance.intents import Intent, carry_out, write_intent
-from offsetbatch.sinks.files_maintenance.layout import (GROUP_LEFT, GROUP_SWAPPING, CompactionLayout, FilesTable,
-                                                        GroupManifest, now_iso, output_ids, partition_of,
-                                                        root_relative)
+from offsetbatch.sinks.files.groups import group_of, rewrite_without
+from offsetbatch.sinks.files.intents import Intent, carry_out, write_intent
+from offsetbatch.sinks.files.layout import (GROUP_LEFT, GROUP_SWAPPING, CompactionLayout, FilesTable,
+                                            GroupManifest, now_iso, output_ids, partition_of,
+                                            root_relative)
 
 log = logging.getLogger(__package__)
 

@@ -54,7 +54,7 @@ compacted joins the group of the day its rejected records went).
 
 Modules: ``layout`` (where things are, the group manifest), ``intents`` (swaps written down first),
 ``compaction``, ``groups`` (a member's replay or retirement), ``object_store`` (the same by group
-manifest), ``retention``; here, the actions of a pass.
+manifest), ``retention``; here, the actions of a pass (``FilesSink.maintenance``).
 """
 
 from __future__ import annotations
@@ -62,18 +62,12 @@ from __future__ import annotations
 import logging
 
 from offsetbatch import storage
-from offsetbatch.maintenance.actions import Action, Horizon
-from offsetbatch.maintenance.policy import MaintenanceSettings
-from offsetbatch.sinks.files_maintenance.compaction import GroupPlan, compact, plan_groups
-from offsetbatch.sinks.files_maintenance.groups import group_of, is_group_folder, leave_group
-from offsetbatch.sinks.files_maintenance.intents import finish_pending, orphaned_staging, pending_intents
-from offsetbatch.sinks.files_maintenance.layout import CompactionLayout, FilesTable, mib
-from offsetbatch.sinks.files_maintenance.object_store import (files_by_base, group_manifests, remove_member,
-                                                              replace_member)
-from offsetbatch.sinks.files_maintenance.retention import apply_retention, plan_retention
+from offsetbatch.sinks.files.compaction import GroupPlan, compact, plan_groups
+from offsetbatch.sinks.files.intents import finish_pending, orphaned_staging, pending_intents
+from offsetbatch.sinks.files.layout import CompactionLayout, FilesTable, mib
+from offsetbatch.sinks.files.retention import apply_retention, plan_retention
+from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
 
-__all__ = ["CompactionLayout", "actions", "files_by_base", "finish_pending", "group_manifests", "group_of",
-           "is_group_folder", "leave_group", "remove_member", "replace_member"]
 log = logging.getLogger(__name__)
 
 

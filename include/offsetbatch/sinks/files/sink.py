@@ -23,13 +23,13 @@ the iceberg sink. A replay swaps the manifest to the new attempt's folder, then 
 folder; the folders a crash leaves unreferenced are listed in ``_offsetbatch/trash/`` before the
 swap and deleted by the next publish (``_sweep``).
 
-Maintenance (``files_maintenance``) compacts a closed day's batches into the folder of the day's
+Maintenance (``sinks.files.maintenance``) compacts a closed day's batches into the folder of the day's
 first batch, ``batch_id=G`` (their rows then read with ``batch_id = G``; the manifests still map
 offsets to batches), and deletes abandoned attempts, old trash and old rejected records. A publish
 or retire first finishes a compaction a killed pass left half swapped, and a replay or retirement
 of a compacted batch first takes its rows out of its group's folder (``leave_group``). On an
 object store a group is a manifest, ``_offsetbatch/compactions/batch_id=G.json``, naming the
-compacted files (``files_maintenance.object_store``); readers read a group's members from it.
+compacted files (``object_store``); readers read a group's members from it.
 """
 
 from __future__ import annotations
@@ -41,29 +41,19 @@ from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch import faults, storage
 from offsetbatch.jobspec import Manifest
-from offsetbatch.sinks import files_maintenance
 from offsetbatch.sinks.base import KeepsManifests, Maintained, PublishesAfterLedgerCommit, Sink, TableSettings
+from offsetbatch.sinks.files import groups, intents, maintenance, object_store
+from offsetbatch.sinks.files.layout import CompactionLayout, TableLayout
 from offsetbatch.sinks.rejected_files import RejectedFolders
-from offsetbatch.sinks.staging import StagingLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from offsetbatch.maintenance.actions import Action, Horizon
-    from offsetbatch.maintenance.policy import MaintenanceSettings
+    from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
 
 MANIFEST_PUBLISHED = "commit.manifest_published"
 log = logging.getLogger(__name__)
 
-
-class TableLayout(StagingLayout):
-    """The staging area plus the published paths of a Parquet-folder table."""
-
-    def data(self, output_id: int) -> str:
-        return f"{self.root}/batch_id={output_id}"
-
-    def manifest(self, output_id: int) -> str:
-        return f"{self.meta}/manifests/batch_id={output_id}.json"
 
 
 class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
@@ -105,7 +95,7 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
             return self._publish_in_place(batch_id, output_id, attempt)
         layout = self.layout
         self._leave_group(batch_id, output_id, attempt)
-        group_folder = files_maintenance.is_group_folder(self, output_id)  # holds other batches' rows too
+        group_folder = groups.is_group_folder(self, output_id)  # holds other batches' rows too
         moves = [
             (layout.staging_data(batch_id, attempt), layout.data(output_id)),
             (layout.staging_rejected(batch_id, attempt), self.rejected.of(output_id)),
@@ -135,18 +125,18 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
         """Before publishing a replay of a compacted batch: finish any half-swapped compaction, then
         take the batch's old rows out of its group's folder (its new rows join the folder when the
         group has its id). Only when this attempt is staged and is not the one in the group already."""
-        files_maintenance.finish_pending(self)
+        intents.finish_pending(self)
         staged = self.layout.staging_manifest(batch_id, attempt)
-        if files_maintenance.group_of(self, output_id) is None or not storage.exists(staged):
+        if groups.group_of(self, output_id) is None or not storage.exists(staged):
             return
         ranges = [asdict(r) for r in Manifest.load(staged).ranges]
-        files_maintenance.leave_group(self, output_id, attempt, joining=self.layout.staging_data(batch_id, attempt),
+        groups.leave_group(self, output_id, attempt, joining=self.layout.staging_data(batch_id, attempt),
                                       ranges=ranges)
 
     def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:
         """Finish killed compactions, compact closed days, delete what retention allows
-        (``files_maintenance``); planning changes nothing."""
-        return files_maintenance.actions(self, policy, horizon)
+        (``sinks.files.maintenance``); planning changes nothing."""
+        return maintenance.actions(self, policy, horizon)
 
     @staticmethod
     def _read_nothing(manifest_uri: str, attempt: str) -> bool:
@@ -161,18 +151,18 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
     def _publish_in_place(self, batch_id: int, output_id: int, attempt: str) -> None:
         """The attempt's files stay where the job wrote them; the published manifest names them.
         Steps, each idempotent: finish a half-done group swap; for a compacted batch, its group takes
-        the attempt's files (``files_maintenance.object_store``); note the folder the manifest names
+        the attempt's files (``object_store``); note the folder the manifest names
         now (it is replaced), write the new manifest (the publication), delete the batch's other
         attempts, then the noted folder."""
         layout, folder = self.layout, self.layout.attempt(batch_id, attempt)
         self._sweep()
-        files_maintenance.finish_pending(self)
+        intents.finish_pending(self)
         current = self._published(output_id)
         staged = layout.staging_manifest(batch_id, attempt)
         if current is None or current.location != folder:
             manifest = Manifest.load(staged)
             manifest.location = folder
-            files_maintenance.replace_member(self, output_id, attempt, manifest)  # a compacted batch's replay
+            object_store.replace_member(self, output_id, attempt, manifest)  # a compacted batch's replay
             if current is not None and current.location:
                 self._note_trash(output_id, current.location)
             manifest.save(layout.manifest(output_id))
@@ -217,14 +207,14 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
             current = self._published(output_id)
             if current is not None and current.location:
                 self._note_trash(output_id, current.location)
-            files_maintenance.finish_pending(self)
-            files_maintenance.remove_member(self, output_id)  # its manifest first, then its group's files
+            intents.finish_pending(self)
+            object_store.remove_member(self, output_id)  # its manifest first, then its group's files
             storage.remove(self.layout.manifest(output_id))
             self._sweep()
             return
-        files_maintenance.finish_pending(self)
-        files_maintenance.leave_group(self, output_id)
-        if not files_maintenance.is_group_folder(self, output_id):  # else it holds other batches' rows
+        intents.finish_pending(self)
+        groups.leave_group(self, output_id)
+        if not groups.is_group_folder(self, output_id):  # else it holds other batches' rows
             storage.remove(self.layout.data(output_id))
         for path in (self.rejected.of(output_id), self.layout.manifest(output_id)):
             storage.remove(path)
@@ -250,16 +240,16 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
 
     def _data_folder(self, output_id: int) -> str:
         """Where ``output_id``'s rows are: its own folder, or its compaction group's."""
-        group = files_maintenance.group_of(self, output_id)
+        group = groups.group_of(self, output_id)
         return self.layout.data(output_id if group is None else group)
 
     def locations(self, output_id: int) -> dict[str, str]:
         if self.in_place:
             current = self._published(output_id)
             folder = current.location if current and current.location else "(not published)"
-            group = files_maintenance.group_of(self, output_id)
+            group = groups.group_of(self, output_id)
             data = (f"{folder}/data" if group is None
-                    else f"the files {files_maintenance.CompactionLayout(self.layout.meta).group(group)} names")
+                    else f"the files {CompactionLayout(self.layout.meta).group(group)} names")
             return {"data": data, "rejected": f"{folder}/rejected", "manifest": self.layout.manifest(output_id)}
         return {"data": self._data_folder(output_id), "rejected": self.rejected.of(output_id),
                 "manifest": self.layout.manifest(output_id)}
@@ -285,9 +275,9 @@ class FilesSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
         from pyspark.sql import functions as F
 
         frames = []
-        groups = files_maintenance.group_manifests(self) if part == "data" else []  # listed first: see object_store
+        groups = object_store.group_manifests(self) if part == "data" else []  # listed first: see object_store
         for group in groups:
-            for base, files in files_maintenance.files_by_base(self, group).items():
+            for base, files in object_store.files_by_base(self, group).items():
                 frames.append(spark.read.option("basePath", base).parquet(*files)
                               .withColumn("batch_id", F.lit(group.group)))
         grouped = {m for group in groups for m in group.members}

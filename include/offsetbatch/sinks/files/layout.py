@@ -1,5 +1,5 @@
-"""Where a files table's compaction keeps its own files, what a group folder holds, the sink as
-maintenance uses it, and the file-system readings every step shares (times, sizes, rows)."""
+"""The files table's layout: where published batches and their manifests are (``TableLayout``),
+where compaction keeps its own files, what a group folder holds, the sink as maintenance uses it, and the file-system readings every step shares (times, sizes, rows)."""
 
 from __future__ import annotations
 
@@ -10,24 +10,23 @@ from typing import Iterable, Protocol
 from offsetbatch import storage
 from offsetbatch.jobspec import Manifest
 from offsetbatch.sinks.rejected_files import RejectedFolders
+from offsetbatch.sinks.staging import StagingLayout
 
-class _Layout(Protocol):
-    """``files.TableLayout`` as this module uses it (``files`` imports this module, not back)."""
 
-    root: str
-    meta: str
+class TableLayout(StagingLayout):
+    """The staging area plus the published paths of a Parquet-folder table."""
 
-    def data(self, output_id: int) -> str: ...
+    def data(self, output_id: int) -> str:
+        return f"{self.root}/batch_id={output_id}"
 
-    def manifest(self, output_id: int) -> str: ...
-
-    def attempt(self, batch_id: int, attempt: str) -> str: ...
+    def manifest(self, output_id: int) -> str:
+        return f"{self.meta}/manifests/batch_id={output_id}.json"
 
 
 class FilesTable(Protocol):
     """What maintenance needs of ``files.FilesSink``."""
 
-    layout: _Layout
+    layout: TableLayout
     rejected: RejectedFolders
     target: str
 

@@ -1,4 +1,4 @@
-"""A maintenance pass as the CLI and the maintenance DAG run it (``offsetbatch.maintain``),
+"""A maintenance pass as the CLI and the maintenance DAG run it (``offsetbatch.maintenance.run``),
 over a real SQLite ledger, with a sink whose actions only record what was done to them (the
 sinks' own actions are proven on real tables in tests/integration/sinks/): the retention settings
 and their errors, a dry run that changes nothing, the order of actions, each sink action under the
@@ -17,12 +17,11 @@ from pydantic import ValidationError
 
 from offsetbatch.ledger import Ledger
 from offsetbatch.ledger.schema import events
-from offsetbatch import maintain as run
-from offsetbatch.maintenance.actions import Action
-from offsetbatch.maintenance.policy import MaintenanceSettings
+from offsetbatch.maintenance import run
 from offsetbatch.ops import cli
 from offsetbatch.pipeline import Pipeline
 from offsetbatch.sinks import FilesSink
+from offsetbatch.sinks.maintenance import Action, MaintenanceSettings
 
 NOW = datetime(2026, 11, 27, 12, tzinfo=timezone.utc)
 
@@ -72,7 +71,7 @@ def wired(tmp_path, monkeypatch):
     rec = Recorder(ledger)
     monkeypatch.setattr(FilesSink, "maintenance", lambda self, policy, horizon: [rec.action("compact"),
                                                                                     rec.action("retention")])
-    monkeypatch.setattr("offsetbatch.maintenance.ledger_history.actions", lambda *a, **k: [])
+    monkeypatch.setattr("offsetbatch.maintenance.ledger_actions.actions", lambda *a, **k: [])
     yield pipeline, ledger, rec
     ledger.dispose()
 

@@ -7,7 +7,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 
 from offsetbatch import faults, storage
-from offsetbatch.sinks.files_maintenance.layout import CompactionLayout, FilesTable, GroupManifest
+from offsetbatch.sinks.files.layout import CompactionLayout, FilesTable, GroupManifest
 
 log = logging.getLogger(__package__)
 
