@@ -14,6 +14,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo
 
+from offsetbatch.dag.retry_policy import is_permanent
 from offsetbatch.errors import SinkSchemaError
 from offsetbatch.sinks.iceberg import upsert
 from offsetbatch.sinks.iceberg.upsert import UpsertRule
@@ -175,14 +176,32 @@ def test_a_null_version_is_refused_naming_the_record(tables):
         tables.refresh()
 
 
-def test_a_table_written_in_one_mode_is_refused_by_the_other(tables):
+def test_a_table_written_in_one_mode_or_upserted_by_another_key_is_refused_naming_both(tables):
     tables.publish(1, BATCHES[1])
     tables.refresh()
     view = tables.catalog.load_table(VIEW)
     changes = tables.catalog.load_table(CHANGES)  # written as an append table is
-    upsert.check_mode(view, True, "pipeline accounts")
+    assert view.properties[upsert.KEY_PROPERTY] == '["id"]'  # recorded by the refresh that created it
+    upsert.check_mode(view, True, "pipeline accounts", ["id"])
     upsert.check_mode(changes, False, "pipeline accounts")
-    with pytest.raises(SinkSchemaError, match=r"written in append mode .* new table name"):
-        upsert.check_mode(changes, True, "pipeline accounts")
+    with pytest.raises(SinkSchemaError, match=r"written in append mode .* upsert into a new table"):
+        upsert.check_mode(changes, True, "pipeline accounts", ["id"])
     with pytest.raises(SinkSchemaError, match=r"is an upserted table .* Set mode: upsert again"):
         upsert.check_mode(view, False, "pipeline accounts")
+    with pytest.raises(SinkSchemaError, match=r"upserted by key \(id\), but sink.key is now \[id, name\]\. Nothing "
+                                              r"was planned .* Set sink.key back to \[id\]") as refused:
+        upsert.check_mode(view, True, "pipeline accounts", ["id", "name"])
+    assert is_permanent(refused.value)
+
+
+def test_a_table_upserted_before_its_key_was_recorded_records_it_at_its_next_refresh(tables):
+    tables.publish(1, BATCHES[1])
+    tables.refresh()
+    view = tables.catalog.load_table(VIEW)
+    with view.transaction() as tx:  # as an offsetbatch before the check left it
+        tx.remove_properties(upsert.KEY_PROPERTY)
+    upsert.check_mode(tables.catalog.load_table(VIEW), True, "pipeline accounts", ["id", "name"])  # nothing to compare
+    tables.publish(2, BATCHES[2])
+    tables.refresh()
+    assert tables.catalog.load_table(VIEW).properties[upsert.KEY_PROPERTY] == '["id"]'
+    assert tables.view() == _model({1: BATCHES[1], 2: BATCHES[2]})

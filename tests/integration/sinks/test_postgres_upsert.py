@@ -58,9 +58,9 @@ class Table:
     def __init__(self, postgres, tmp_path: Path, **settings):
         self.url = postgres.create_database(f"pg_upsert_{uuid.uuid4().hex[:8]}")
         self.ledger = Ledger(self.url, create=True)
-        self.sink = PostgresSink("upsert_check", PostgresSettings(
-            path=str(tmp_path / "staging"), table=TABLE, url=self.url, mode="upsert", key=["account"],
-            delete_column="deleted", **settings))
+        self.sink = PostgresSink("upsert_check", PostgresSettings(**{
+            "path": str(tmp_path / "staging"), "table": TABLE, "url": self.url, "mode": "upsert", "key": ["account"],
+            "delete_column": "deleted", **settings}))
         self.next_batch = 1
 
     def commit(self, rows: list[tuple], output_id: int | None = None, version: list[int] | None = None) -> int:
@@ -253,3 +253,69 @@ def test_maintenance_trims_the_log_to_what_a_replay_can_still_need(postgres, tmp
     t.commit([(1, 3, 2, "older than its delete", False), (0, 5, 5, "older than its delete", False)], version=[15, 11])
     assert t.rows() == {1: ("b", 0, 2), 3: ("c", 1, 2)}  # the kept deletes still outrank them
     t.close()
+
+
+def _plan_with(sink: PostgresSink):
+    """The plan task (``dag.tasks.plan_step``) of a pipeline writing through ``sink``: Kafka answers
+    for the topic (a stand-in: the subject here is the sink's check on a real table), and opening
+    the ledger is recorded, so the test sees the plan stop before it."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from offsetbatch.dag.tasks import plan_step
+
+    opened: list[str] = []
+
+    @contextmanager
+    def kafka():
+        yield SimpleNamespace(partitions=lambda *a, **k: set())
+
+    cfg = SimpleNamespace(name=sink.pipeline_name, airflow=SimpleNamespace(schedule="0 * * * *"),
+                          kafka=SimpleNamespace(topics=["accounts"], pattern=None), reads_topic=lambda t: t == "accounts")
+    pipeline = SimpleNamespace(cfg=cfg, sink=sink, kafka=kafka, ledger=lambda create=False: opened.append("ledger"))
+    try:
+        plan_step(pipeline, "offsetbatch_upsert_check", "manual__1", None, None, "manual", "tester")
+    finally:
+        assert opened == [], "the plan opened the ledger"
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"mode": "upsert", "key": ["account", "balance"], "delete_column": "deleted"},
+     r"table public\.accounts is upserted by key \(account\), but sink\.key is now \[account, balance\]\. Nothing "
+     r"was planned or changed: the table and its change log public\.accounts_changes would be keyed two ways\. Set "
+     r"sink\.key back to \[account\], or use a new key in a new table"),
+    ({}, r"table public\.accounts is an upserted table, one row per key \(account\); append mode .* cannot write "
+         r"into it"),
+], ids=["key changed", "upsert to append"])
+def test_a_changed_key_or_mode_is_refused_by_the_plan_before_any_job_and_by_the_commit(table, tmp_path, settings,
+                                                                                       says):
+    """Changing ``sink.key`` from [account] to [account, balance] on an upserted table (or going back
+    to append) fails the plan task at once, naming the table's key and the config's, before the
+    ledger is opened and so before any Spark job; a commit staged anyway is refused before its
+    transaction, with the same message, and not retried (no advice to add a second UNIQUE key)."""
+    table.commit(BATCHES[1])
+    before = table.rows()
+    changed = PostgresSink("upsert_check", PostgresSettings(path=str(tmp_path / "staging"), table=TABLE,
+                                                            url=table.url, **settings))
+    with pytest.raises(SinkSchemaError, match=says) as refused:
+        _plan_with(changed)
+    assert is_permanent(refused.value) and "ADD UNIQUE" not in str(refused.value)
+    table.sink = changed
+    with pytest.raises(SinkSchemaError, match=says):
+        table.commit(BATCHES[2])
+    assert table.rows() == before
+
+
+def test_an_append_table_switched_to_upsert_is_refused_by_the_plan(postgres, tmp_path):
+    appended = Table(postgres, tmp_path, mode="append", key=[], delete_column=None)
+    try:
+        appended.commit(BATCHES[1])
+        upserting = PostgresSink("upsert_check", PostgresSettings(
+            path=str(tmp_path / "staging"), table=TABLE, url=appended.url, mode="upsert", key=["account"]))
+        with pytest.raises(SinkSchemaError, match=r"table public\.accounts was written in append mode \(one row per "
+                                                  r"record\); mode upsert with key \[account\] cannot take over its "
+                                                  r"rows\. Nothing was planned or changed"):
+            _plan_with(upserting)
+        appended.sink.check_writable()  # its own mode: no refusal
+    finally:
+        appended.close()

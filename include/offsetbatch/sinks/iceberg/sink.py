@@ -96,6 +96,16 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
 
     # ---- commit half -------------------------------------------------------------------------
 
+    def check_writable(self) -> None:
+        """Before the plan opens the ledger: a table written in the other mode, or upserted by another
+        key, is refused naming both (``upsert.check_mode``), before any Spark job."""
+        from offsetbatch.sinks.iceberg import upsert
+
+        ident = self.settings.identifier
+        with open_catalog(self.settings, self.pipeline_name) as catalog:
+            upsert.check_mode(_load(catalog, ident), self.settings.upserts,
+                              self.where(target=f"Iceberg table {'.'.join(ident)}"), self.settings.key or ())
+
     def check_publishable(self, batch_id: int, output_id: int, attempt: str) -> None:
         """Before the ledger transaction: a batch whose columns the table cannot take fails here,
         while it is still planned (after the transaction it could never be published)."""
@@ -105,7 +115,7 @@ class IcebergSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
 
             ident = self.settings.identifier
             upsert.check_mode(_load(catalog, ident), self.settings.upserts,
-                              self.where(batch_id, f"Iceberg table {'.'.join(ident)}"))
+                              self.where(batch_id, f"Iceberg table {'.'.join(ident)}"), self.settings.key or ())
             for ident, files in ((self.settings.marked_identifier, manifest.data_files),
                                  (self.settings.rejected_identifier, manifest.rejected_files)):
                 table = _load(catalog, ident)

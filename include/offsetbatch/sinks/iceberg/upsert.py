@@ -26,6 +26,7 @@ does it again, so the publish that follows a crash finishes it. "Newest" is the 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__package__)
 
 CHANGES_SNAPSHOT = "offsetbatch.changes-snapshot"
+KEY_PROPERTY = "offsetbatch.upsert-key"  # the upserted table's key (a JSON list), set by its first refresh
 
 
 @dataclass(frozen=True)
@@ -73,23 +75,34 @@ def reflected(table: "Table | None") -> int | None:
     return int(value) if value else None
 
 
-def check_mode(table: "Table | None", upserts: bool, where: str) -> None:
-    """A table written in one mode is refused by the other, before the ledger transaction: an
-    append table's rows are not one per key (upsert mode would leave the rows it has no change for),
-    and an upserted table has no batch markers (append mode could not tell what it holds)."""
+def check_mode(table: "Table | None", upserts: bool, where: str, key: Sequence[str] = ()) -> None:
+    """A table written in one mode is refused by the other, and an upserted table by another key,
+    naming both: by the plan (``IcebergSink.check_writable``) before any Spark job, and by the
+    commit before the ledger transaction. An append table's rows are not one per key (upsert mode
+    would leave the rows it has no change for); an upserted table has no batch markers (append mode
+    could not tell what it holds); a key changed under an upserted table would leave it and
+    ``<table>_changes`` keyed two ways."""
     if table is None or table.current_snapshot() is None:
         return
     derived = any(s.summary and CHANGES_SNAPSHOT in s.summary.additional_properties for s in table.snapshots())
+    new_table = ("Give the sink a new table (sink.table) and fill it with a rewind: README, *Change data "
+                 "capture*, changing the key")
     if upserts and not derived:
         raise SinkSchemaError(
             f"{where}: the table was written in append mode (one row per record); mode upsert derives it from "
-            f"<table>_changes and cannot take over its rows. Nothing was committed; the batch stays planned. Give "
-            f"the sink a new table name (and replay from the start to fill it), or set mode back to append.")
+            f"<table>_changes and cannot take over its rows. Nothing was planned or committed; the batch stays "
+            f"planned. Set mode back to append, or upsert into a new table. {new_table}.")
     if not upserts and derived:
         raise SinkSchemaError(
             f"{where}: the table is an upserted table (one row per key, derived from <table>_changes); append mode "
-            f"cannot write into it. Nothing was committed; the batch stays planned. Set mode: upsert again, or give "
-            f"the sink a new table name.")
+            f"cannot write into it. Nothing was planned or committed; the batch stays planned. Set mode: upsert "
+            f"again, or give the sink a new table name.")
+    was = json.loads(table.properties[KEY_PROPERTY]) if upserts and KEY_PROPERTY in table.properties else None
+    if was is not None and list(was) != list(key):
+        raise SinkSchemaError(
+            f"{where}: the table is upserted by key ({', '.join(was)}), but sink.key is now [{', '.join(key)}]. "
+            f"Nothing was planned or committed: the table and <table>_changes would be keyed two ways. Set "
+            f"sink.key back to [{', '.join(was)}], or use a new key in a new table. {new_table}.")
 
 
 def data_files(table: "Table", snapshot_id: int | None) -> dict[str, object]:
@@ -204,15 +217,19 @@ def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str]
     else:
         live = newest
     props = {CHANGES_SNAPSHOT: str(current.snapshot_id)}
+    key = json.dumps(list(rule.key))
     if view is None:
         from offsetbatch.sinks.iceberg.schema import partition_spec
 
-        tx = catalog.create_table_transaction(view_ident, schema=changes.schema(), location=location)
+        tx = catalog.create_table_transaction(view_ident, schema=changes.schema(), location=location,
+                                              properties={KEY_PROPERTY: key})
         partition_spec(tx, list(partitions))
     else:
         tx = view.transaction()
         with tx.update_schema() as update:
             update.union_by_name(changes.schema())
+        if KEY_PROPERTY not in view.properties:  # upserted before the key was recorded: this key, checked since
+            tx.set_properties({KEY_PROPERTY: key})
     if view is not None and keys.num_rows:
         tx.delete(create_match_filter(keys, list(rule.key)), snapshot_properties=props)
     tx.append(live.cast(tx.table_metadata.schema().as_arrow()), snapshot_properties=props)  # also when empty:

@@ -32,11 +32,10 @@ from __future__ import annotations
 
 import logging
 from offsetbatch.errors import SinkSchemaError
-from offsetbatch.sinks.postgres.schema import TableSchema
+from offsetbatch.sinks.postgres.schema import SUFFIX, TableSchema
 
 log = logging.getLogger(__package__)
 
-SUFFIX = "_changes"
 SORT_MEMORY = "256MB"  # at least, for the newest-change sort (``_plan_for_probes``)
 PROBE_PAGE_COST = 1.1  # at most: PostgreSQL's advice for data in memory or on SSDs
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__package__)  # the package's logger: every postgres sink message under one name
 
 RECORD_COLUMNS = {"kafka_topic": "text", "kafka_partition": "integer", "kafka_offset": "bigint"}
+SUFFIX = "_changes"  # the upsert's change log: <table>_changes (``change_log``)
 RESERVED = ("batch_id",)
 REJECTED_COLUMNS = [("batch_id", "bigint NOT NULL"), ("kafka_topic", "text"), ("kafka_partition", "integer"),
                     ("kafka_offset", "bigint"), ("kafka_timestamp", "timestamp with time zone"), ("kafka_key", "bytea"),
@@ -179,27 +180,62 @@ class TableSchema:
                 + f". Nothing was written and nothing committed; the batch stays planned. Cast {n} back to {was} in the "
                 f"transform, or migrate the column yourself (ALTER TABLE {self.settings.table} ALTER COLUMN {n} TYPE "
                 f"{now} USING ...) and re-run the commit task.")
-        if self.settings.key:
-            self._ensure_key(cur, output_id)
+        self._check_keyed(cur, self.where(output_id))
         for n, t in staged:
             if n not in existing:
                 cur.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} {}").format(self._ident(), sql.Identifier(n), sql.SQL(t)))
                 log.info("%s: added column %s %s", self.where(output_id), n, t)
         return staged
 
-    def _ensure_key(self, cur, output_id: int) -> None:
-        """Upsert needs a unique index on exactly the key columns (ON CONFLICT names them)."""
+    def _unique_keys(self, cur) -> list[list[str]]:
+        """The column lists of the table's unique indexes, each in index order."""
         cur.execute(
             "SELECT array_agg(a.attname::text ORDER BY k.ord) FROM pg_index i "
             "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-            "WHERE i.indrelid = to_regclass(%s) AND i.indisunique GROUP BY i.indexrelid", (self._quoted(),))
-        if any(set(r[0]) == set(self.settings.key) for r in cur.fetchall()):
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisunique GROUP BY i.indexrelid ORDER BY i.indexrelid",
+            (self._quoted(),))
+        return [r[0] for r in cur.fetchall()]
+
+    def _check_keyed(self, cur, where: str) -> None:
+        """The table's unique indexes say how it was written: an appended table is unique on the
+        record's place (``kafka_topic, kafka_partition, kafka_offset``), an upserted one on its key
+        (and its change log, ``<table>_changes``, is keyed the same). A mode or a key other than the
+        table's is refused naming both, by the plan (``check_writable``) before any Spark job and by
+        the commit before its transaction: writing on would leave one table and its change log keyed
+        two ways. Nothing to check while the table does not exist."""
+        if not self._exists(cur):
             return
-        raise SinkError(f"{self.where(output_id)}: mode upsert needs a UNIQUE constraint on ({', '.join(self.settings.key)}), "
-                        f"which the table does not have (was it created in append mode?). Nothing was written. Add it: "
-                        f"ALTER TABLE {self.settings.table} ADD UNIQUE ({', '.join(self.settings.key)}), after removing "
-                        f"duplicate keys.")
+        uniques = self._unique_keys(cur)
+        place = set(RECORD_COLUMNS)
+        keys = [u for u in uniques if set(u) != place]
+        key, table = self.settings.key, self.settings.table
+        new_table = ("Give the sink a new table (sink.table) and fill it with a rewind: README, *Change data "
+                     "capture*, changing the key")
+        if not self.settings.upserts:
+            if keys and not any(set(u) == place for u in uniques):
+                raise SinkSchemaError(
+                    f"{where}: table {table} is an upserted table, one row per key ({', '.join(keys[0])}); append "
+                    f"mode (one row per record) cannot write into it. Nothing was planned or changed. Set mode: "
+                    f"upsert and key: [{', '.join(keys[0])}] again, or give the sink a new table (sink.table).")
+            return
+        if any(set(u) == set(key) for u in uniques):
+            return
+        if keys:
+            raise SinkSchemaError(
+                f"{where}: table {table} is upserted by key ({', '.join(keys[0])}), but sink.key is now "
+                f"[{', '.join(key)}]. Nothing was planned or changed: the table and its change log {table}{SUFFIX} "
+                f"would be keyed two ways. Set sink.key back to [{', '.join(keys[0])}], or use a new key in a new "
+                f"table. {new_table}.")
+        if any(set(u) == place for u in uniques):
+            raise SinkSchemaError(
+                f"{where}: table {table} was written in append mode (one row per record); mode upsert with key "
+                f"[{', '.join(key)}] cannot take over its rows. Nothing was planned or changed. Set mode back to "
+                f"append, or upsert into a new table. {new_table}.")
+        raise SinkSchemaError(
+            f"{where}: mode upsert needs a UNIQUE constraint on ({', '.join(key)}), which table {table} (not created "
+            f"by offsetbatch) does not have. Nothing was planned or changed. Add it: ALTER TABLE {table} ADD UNIQUE "
+            f"({', '.join(key)}), after removing duplicate keys.")
 
     def _prepare_rejected(self, cur) -> None:
         from psycopg2 import sql

@@ -278,6 +278,12 @@ class PostgresSink(TableSchema, PublishesInLedgerTransaction, Maintained, Sink):
         with self._connect() as conn:
             self._claim_in(self._cursor(conn), ledger_id)
 
+    def check_writable(self) -> None:
+        """Before the plan opens the ledger: a table written in the other mode, or upserted by another
+        key, is refused naming both (``TableSchema._check_keyed``), before any Spark job."""
+        with self._connect() as conn:
+            self._check_keyed(self._cursor(conn), self.where())
+
     def maintenance(self, policy: "MaintenanceSettings", horizon: "Horizon") -> list["Action"]:
         """Upsert mode: the change log's rows that bounded ledger history made useless; append
         mode has nothing to maintain (the ledger's batch rows are its markers)."""
