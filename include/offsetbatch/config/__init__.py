@@ -159,7 +159,8 @@ class LagTriggerSettings(_Model):
     on the schedule (``dag.lag_trigger``). A run starts when ``min_records`` wait or the oldest
     waiting record has waited ``max_delay``, whichever comes first; nothing starts while nothing waits."""
 
-    min_records: int | None = Field(None, gt=0, description="records waiting past the frontier that start a run")
+    min_records: int | None = Field(None, gt=0, strict=True,  # strict: YAML's true is not 1 record
+                                    description="records waiting past the frontier that start a run")
     max_delay: float | None = Field(None, gt=0, description="how long the oldest waiting record may wait before a "
                                     "run starts ('30s', '2m', '1h'; seconds)")
     poll: float = Field(10.0, ge=1.0, description="how often the trigger asks the broker for the log ends and the "
@@ -175,6 +176,10 @@ class LagTriggerSettings(_Model):
         if self.min_records is None and self.max_delay is None:
             raise ValueError("give min_records, max_delay or both (e.g. {min_records: 10000, max_delay: 2m}): "
                              "without either, no number of waiting records would ever start a run")
+        if self.max_delay is not None and self.max_delay < self.poll:
+            raise ValueError(f"max_delay ({self.max_delay:g} s) is shorter than poll ({self.poll:g} s): the trigger "
+                             f"looks every poll, so a record can wait a whole poll before a run starts and max_delay "
+                             f"could not be kept; make max_delay at least poll, or poll at most max_delay")
         return self
 
 
@@ -264,6 +269,18 @@ class PipelineConfig(_Model):
         if self.key.tombstones != "reject":
             raise ValueError("key.tombstones: a tombstone is a record whose value is null; set value.tombstones "
                              "instead")
+        return self
+
+    @model_validator(mode="after")
+    def _trigger_within_caps(self) -> "PipelineConfig":
+        """A count the per-batch cap keeps a run from ever reading, with no delay to fall back on,
+        starts runs that each leave more than a cap's worth waiting: the rule could never be kept."""
+        rule, cap = self.airflow.trigger, self.caps.max_records_per_batch
+        if rule is not None and rule.min_records is not None and rule.max_delay is None and rule.min_records > cap:
+            raise ValueError(f"airflow.trigger.min_records ({rule.min_records:,}) is more than "
+                             f"caps.max_records_per_batch ({cap:,}), and there is no airflow.trigger.max_delay: a run "
+                             f"reads at most {cap:,} records, so the rule could never be kept. Lower min_records, raise "
+                             f"the cap, or add max_delay")
         return self
 
     @model_validator(mode="after")

@@ -225,6 +225,7 @@ class _Reader:
         self.ledger = None
         self.watch = None
         self.interest = None  # plan.freshness.Interest: what a shared poll must read for this pipeline
+        self.missing: list[str] = []  # its topics (or pattern) the cluster lacked at the last poll
 
     def reset(self) -> None:
         """Close the connections; the next poll opens them again (after an error, or at the end)."""
@@ -287,7 +288,8 @@ class _Reader:
     def poll(self, reading: ClusterReading | None = None) -> dict | None:
         """One reading (its own, or ``reading`` of the shared poll): the event's payload when a run
         should start, else None."""
-        from offsetbatch.plan.freshness import Interest, describe_rule, frontier, oldest_age, waiting, waiting_at
+        from offsetbatch.plan.freshness import (Interest, describe_rule, frontier, missing_sources, oldest_age, waiting,
+                                                waiting_at)
 
         if not self._load():
             return None
@@ -304,6 +306,7 @@ class _Reader:
                 return None  # read before this pipeline's topics joined the shared poll: no decision on it
             seen = waiting_at(pipeline, rows, {tp: po for tp, po in reading.offsets.items()
                                                if self.interest.covers(tp)})
+        self._note_missing(missing_sources(pipeline, seen.present))
         now = time.monotonic()
         age = None
         if watch.needs_age(seen, now):
@@ -320,6 +323,23 @@ class _Reader:
         self.log.info("pipeline %s: lag trigger fired (%s): %d records wait in %d partition(s)%s", pipeline.name,
                       reason, seen.records, seen.partitions, "" if age is None else f", the oldest for {age:.0f} s")
         return payload
+
+
+    def _note_missing(self, missing: list[str]) -> None:
+        """Topics that do not exist are why a trigger never fires: said once when they go missing
+        (or at the first poll), once when they are back, never on every poll."""
+        if missing == self.missing:
+            return
+        cfg = self.pipeline.cfg
+        if missing:
+            self.log.warning("pipeline %s: lag trigger: %s %s on Kafka connection %s: nothing waits there, so it fires "
+                             "no run for them until they exist. Create them, or fix kafka.%s in %s", cfg.name,
+                             ", ".join(missing), "does not exist" if len(missing) == 1 else "do not exist",
+                             cfg.kafka.conn_id, "pattern" if cfg.kafka.pattern else "topics", cfg.source_file)
+        else:
+            self.log.info("pipeline %s: lag trigger: %s found again on Kafka connection %s", cfg.name,
+                          ", ".join(self.missing), cfg.kafka.conn_id)
+        self.missing = missing
 
 
 def _share(key: Hashable, subscriber: int, interest: Any) -> None:

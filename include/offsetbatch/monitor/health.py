@@ -30,6 +30,10 @@ def assess(status: dict, summary: dict, lag_points: list[dict]) -> tuple[str, li
     name = status["pipeline"]
     if status.get("kafka_error"):
         found.append(Finding("warning", f"Kafka unreachable, lag unknown: {status['kafka_error']}"))
+    if status.get("missing"):
+        found.append(Finding("error", f"{', '.join(status['missing'])}: not on the Kafka cluster; no run reads it and "
+                                      f"no lag trigger fires for it until it exists (create it, or fix kafka.topics "
+                                      f"or kafka.pattern)"))
     last = summary.get("last_batch")
     if last and last["status"] == "planned" and last["attempts"]:
         found.append(Finding("error", (

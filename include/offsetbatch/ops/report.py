@@ -36,6 +36,9 @@ def _caption(st: PipelineStatus) -> str:
     if st.trigger:
         runs += f"; lag trigger: {st.trigger}"
     lines = [f"runs: {runs}"]
+    if st.missing:
+        lines += [f"[red]{escape(', '.join(st.missing))}: not on the Kafka cluster; no run reads it and no lag "
+                  f"trigger fires for it until it exists (create it, or fix kafka.topics / kafka.pattern)[/]"]
     if st.trigger:
         fired = st.last_fired
         lines += [f"lag trigger last fired {fired['at'][:19].replace('T', ' ')}Z: {escape(fired['summary'])}" if fired

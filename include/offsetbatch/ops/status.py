@@ -13,7 +13,7 @@ from offsetbatch.ledger.queries import trigger_summary
 from offsetbatch.ledger.rows import data_loss, last_event
 from offsetbatch.model import Batch, TopicPartition
 from offsetbatch.pipeline import Pipeline
-from offsetbatch.plan.freshness import describe_rule
+from offsetbatch.plan.freshness import describe_rule, missing_sources
 from offsetbatch.source.admin import KafkaAdmin
 
 
@@ -46,6 +46,8 @@ class PipelineStatus:
     trigger: str | None = None
     # when the lag trigger last started a run, and why (its newest ``run_triggered`` event)
     last_fired: dict | None = None
+    # the pipeline's topics (or its pattern) the cluster does not have: no run, no trigger reads them
+    missing: list[str] = field(default_factory=list)
 
     @property
     def lag_records(self) -> int | None:
@@ -77,7 +79,13 @@ def pipeline_status(pipeline: Pipeline, ledger: Ledger, kafka: KafkaAdmin | None
     tps = {TopicPartition(r["topic"], r["partition"]): r for r in rows}
     ends: dict[TopicPartition, int] = {}
     stamps: dict[TopicPartition, int] = {}
-    if kafka is not None and tps:
+    if kafka is not None:
+        try:
+            present = {tp.topic for tp in kafka.partitions(cfg.kafka.topics, cfg.kafka.pattern)}
+            st.missing = missing_sources(pipeline, present)
+        except Exception as exc:  # noqa: BLE001 - status must still show the ledger side
+            st.kafka_error = f"{type(exc).__name__}: {exc}"
+    if kafka is not None and tps and st.kafka_error is None:
         try:
             ends = {tp: po.latest for tp, po in kafka.offsets(list(tps)).items()}
             behind = {tp: r["next_offset"] for tp, r in tps.items() if ends.get(tp, 0) > r["next_offset"]}

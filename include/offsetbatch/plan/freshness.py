@@ -58,10 +58,23 @@ class Waiting:
     # the ledger tracks it), to tell whether a run moved it; a first run that only records the
     # starting offsets does not
     frontier: tuple
+    # the topics the reading found partitions of (a named topic not among them does not exist)
+    present: frozenset[str] = frozenset()
 
     @property
     def partitions(self) -> int:
         return len(self.starts)
+
+
+def missing_sources(pipeline: "Pipeline", present: Iterable[str]) -> list[str]:
+    """What the pipeline reads that the cluster does not have: each named topic absent from
+    ``present``, or its pattern when the pattern matches no topic. Nothing waits there, so neither a
+    lag trigger nor a run has anything to read until it exists (``offsetbatch status`` and the
+    triggerer's log say so)."""
+    source, present = pipeline.cfg.kafka, set(present)
+    if source.pattern:
+        return [] if present else [f"pattern {source.pattern}"]
+    return sorted(set(source.topics or ()) - present)
 
 
 def waiting(pipeline: "Pipeline", ledger: "Ledger | None", kafka: "KafkaAdmin") -> Waiting:
@@ -93,7 +106,8 @@ def waiting_at(pipeline: "Pipeline", rows: dict[TopicPartition, int],
             positions[tp] = po.latest if pipeline.cfg.starting_policy == "latest" else po.earliest
     starts = {tp: at for tp, at in positions.items() if offsets[tp].latest > at}
     total = sum(offsets[tp].latest - at for tp, at in starts.items())
-    return Waiting(total, starts, tuple(sorted((tp.topic, tp.partition, at) for tp, at in positions.items())))
+    return Waiting(total, starts, tuple(sorted((tp.topic, tp.partition, at) for tp, at in positions.items())),
+                   frozenset(tp.topic for tp in offsets))
 
 
 @dataclass(frozen=True)

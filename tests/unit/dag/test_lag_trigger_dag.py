@@ -11,6 +11,7 @@ import yaml
 from offsetbatch.dag.factory import pipeline_dag
 from offsetbatch.dag.input_asset import input_asset_uri
 from offsetbatch.dag.lag_trigger import LagTrigger, _Reader
+from offsetbatch.model import TopicPartition
 
 RULE = {"min_records": 1000, "max_delay": "2m", "poll": "5s"}
 
@@ -116,3 +117,28 @@ def test_a_broker_or_ledger_that_does_not_answer_is_logged_and_polled_again_neve
     assert logged.count("pipeline orders: lag trigger could not read the waiting records (ConnectionError") == 2
     assert "trying again in 10 s" in logged and "trying again in 20 s" in logged
     assert "postgresql://ob:***@db:5432/ledger" in logged and "s3cret" not in logged  # a URL's password is kept out
+
+
+def test_a_topic_that_does_not_exist_is_logged_once_per_change_not_every_poll(tmp_path, caplog):
+    """The triggerer says why it never fires: the topic missing is one warning, however many polls
+    (shared readings of a cluster that lacks it); its coming back is one line; a poll with the
+    topic there says nothing of it."""
+    from offsetbatch.dag.lag_trigger import ClusterReading
+    from offsetbatch.plan.freshness import Interest
+    from offsetbatch.source.admin import PartitionOffsets
+
+    reader = _Reader(_config(tmp_path, trigger=RULE), logging.getLogger("lag"))
+    covered = Interest(frozenset({"orders"}), frozenset())
+    without = ClusterReading(at=0.0, covered=covered, offsets={})
+    with_it = ClusterReading(at=0.0, covered=covered, offsets={TopicPartition("orders", 0): PartitionOffsets(0, 0)})
+    with caplog.at_level(logging.INFO, logger="lag"):
+        for reading in (without, without, without, with_it, with_it, without):
+            assert reader.poll(reading) is None
+    said = [r.getMessage() for r in caplog.records if "lag trigger: orders" in r.getMessage()]
+    assert said == [
+        "pipeline orders: lag trigger: orders does not exist on Kafka connection kafka_default: nothing waits there, "
+        f"so it fires no run for them until they exist. Create them, or fix kafka.topics in {tmp_path}/orders.yaml",
+        "pipeline orders: lag trigger: orders found again on Kafka connection kafka_default",
+        "pipeline orders: lag trigger: orders does not exist on Kafka connection kafka_default: nothing waits there, "
+        f"so it fires no run for them until they exist. Create them, or fix kafka.topics in {tmp_path}/orders.yaml",
+    ]

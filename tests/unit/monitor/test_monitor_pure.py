@@ -132,3 +132,9 @@ def test_assess_warns_of_records_waiting_behind_a_future_record():
     assert state == "warning"
     assert found[0].text.startswith("t/0: 12 record(s) wait behind a record from the future (offset 300 is stamped "
                                     "2099-01-01 00:00Z"), found
+
+
+def test_assess_a_missing_topic_is_an_error_saying_nothing_reads_or_fires():
+    state, found = health.assess({"pipeline": "p", "missing": ["refunds"], "partitions": []}, {}, [])
+    assert state == "error"
+    assert found[0].text.startswith("refunds: not on the Kafka cluster; no run reads it and no lag trigger fires")

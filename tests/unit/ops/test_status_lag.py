@@ -42,3 +42,31 @@ def test_the_table_says_what_starts_the_runs():
     console.print(status_table(PipelineStatus("q", "offsetbatch_q", schedule=None, trigger=rule)))
     text = " ".join(console.export_text().split())  # the caption wraps at the table's width
     assert f"runs: schedule 0 * * * *; lag trigger: {rule}" in text and f"runs: no schedule; lag trigger: {rule}" in text
+
+
+def test_status_names_a_topic_the_cluster_lacks_and_the_table_says_why_nothing_fires(tmp_path):
+    """``pipeline_status`` asks the cluster for the pipeline's topics (a real SQLite ledger; the admin
+    client's one call stood in): a named topic it lacks is listed, and the table's caption says no
+    run reads it and no trigger fires for it."""
+    import yaml
+
+    from offsetbatch.ledger import Ledger
+    from offsetbatch.model import TopicPartition
+    from offsetbatch.ops.status import pipeline_status
+    from offsetbatch.pipeline import Pipeline
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": ["orders", "refunds"]},
+                                    "sink": {"path": str(tmp_path / "t")}, "airflow": {"trigger": {"min_records": 10}}}))
+
+    class Admin:
+        def partitions(self, topics=None, pattern=None):
+            return {TopicPartition("orders", 0)}
+
+    with Ledger(f"sqlite:///{tmp_path}/ledger.db", create=True) as ledger:
+        st = pipeline_status(Pipeline.load(path), ledger, Admin())
+    assert st.missing == ["refunds"] and st.kafka_error is None
+    console = Console(width=300, record=True)
+    console.print(status_table(st))
+    assert ("refunds: not on the Kafka cluster; no run reads it and no lag trigger fires for it until it exists"
+            in " ".join(console.export_text().split()))

@@ -11,7 +11,8 @@ import yaml
 from offsetbatch.config import ConfigError, LagTriggerSettings, load_config
 from offsetbatch.model import TopicPartition
 from offsetbatch.pipeline import Pipeline
-from offsetbatch.plan.freshness import REARM_AFTER_S, LagWatch, Waiting, describe_rule, oldest_age, waiting
+from offsetbatch.plan.freshness import (REARM_AFTER_S, LagWatch, Waiting, describe_rule, missing_sources, oldest_age,
+                                        waiting)
 from offsetbatch.source.admin import PartitionOffsets
 
 A, B = TopicPartition("orders", 0), TopicPartition("orders", 1)
@@ -43,6 +44,9 @@ def test_the_rule_loads_with_units_and_the_cron_may_go(tmp_path):
                                            "duration; write a number and a unit, s, m, h or d"),
     ({"trigger": {"max_delay": "2m", "pol": "1s"}}, "field 'airflow.trigger.pol': Extra inputs are not permitted"),
     ({"schedule": None}, "schedule is null and there is no trigger"),
+    ({"trigger": {"min_records": True}}, "field 'airflow.trigger.min_records': Input should be a valid integer"),
+    ({"trigger": {"max_delay": "5s", "poll": "10s"}}, "field 'airflow.trigger': Value error, max_delay (5 s) is "
+                                                      "shorter than poll (10 s)"),
 ])
 def test_a_bad_rule_is_a_config_error_naming_the_field_at_load(tmp_path, airflow, says):
     with pytest.raises(ConfigError) as info:
@@ -136,3 +140,25 @@ def test_the_rule_reads_as_a_sentence():
         "a run starts when 10,000 records wait or the oldest waiting record has waited 2m (polled every 10s)"
     assert describe_rule(LagTriggerSettings(max_delay=90, poll=1.5)) == \
         "a run starts when the oldest waiting record has waited 90s (polled every 1.5s)"
+
+
+def test_a_count_beyond_the_batch_cap_without_a_delay_is_refused_at_load(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, {"trigger": {"min_records": 2_000_000}}, caps={"max_records_per_batch": 1_000_000})
+    assert ("airflow.trigger.min_records (2,000,000) is more than caps.max_records_per_batch (1,000,000), and there "
+            "is no airflow.trigger.max_delay") in str(info.value)
+    rule = _load(tmp_path, {"trigger": {"min_records": 2_000_000, "max_delay": "5m"}},  # the delay keeps it
+                 caps={"max_records_per_batch": 1_000_000}).airflow.trigger
+    assert (rule.min_records, rule.max_delay) == (2_000_000, 300.0)
+
+
+@pytest.mark.parametrize("kafka, present, missing", [
+    ({"topics": ["orders", "refunds"]}, {"orders"}, ["refunds"]),
+    ({"topics": ["orders"]}, {"orders"}, []),
+    ({"pattern": "orders-.*"}, set(), ["pattern orders-.*"]),
+    ({"pattern": "orders-.*"}, {"orders-eu"}, []),
+])
+def test_missing_sources_names_each_absent_topic_or_a_pattern_that_matches_nothing(tmp_path, kafka, present, missing):
+    pipeline = Pipeline(_load(tmp_path, {"trigger": {"min_records": 1}}, kafka=kafka))
+    assert missing_sources(pipeline, present) == missing
+    assert waiting(pipeline, None, FakeAdmin({TopicPartition(t, 0): 5 for t in present})).present == frozenset(present)
