@@ -12,8 +12,10 @@ anything (``job.transform.analyzed_transform``), which catches what a parser can
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -268,6 +270,9 @@ def check_python_callable(path: str) -> Callable:
     fn = getattr(module, attr)
     if not callable(fn):
         raise ValueError(f"{path!r} is a {type(fn).__name__}, not a function taking and returning a DataFrame")
+    if module_name.partition(".")[0] in sys.stdlib_module_names or inspect.isbuiltin(fn):
+        raise ValueError(f"{path!r} is part of Python itself, not a transform: transform.python names a function of "
+                         f"yours (module.function) that takes the records' DataFrame and returns one")
     return fn
 
 
@@ -294,6 +299,7 @@ def check_cron(expression: str) -> str:
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_S = 100 * 365 * 86400.0  # a retention longer than a century is a typo, and a date before year 1
 
 
 def parse_duration(value: object) -> float:
@@ -302,11 +308,40 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration; write e.g. '30s', '2m' or '1h'")
     if isinstance(value, (int, float)):
-        return float(value)
-    match = _DURATION.match(str(value))
+        seconds = float(value)
+    elif str(value).strip().startswith("-"):
+        seconds = -1.0
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"{value!r} is not a duration; write a number and a unit, s, m, h or d: e.g. '30s', "
+                             f"'2m', '1h', '7d'")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds < 0 or seconds != seconds:
+        raise ValueError(f"{value!r}: a duration must be positive, e.g. '30s', '2m', '1h', '7d'")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"{value!r} is more than 100 years ({MAX_DURATION_S:.0f} s), the longest a duration may be; "
+                         f"write it in days, e.g. '3650d'")
+    return seconds
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
+_UNIT_BYTES = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "KiB": 2**10, "MiB": 2**20,
+               "GiB": 2**30, "TiB": 2**40}
+
+
+def parse_size(value: object) -> int:
+    """Bytes of a size written as a number of bytes or with a unit (``128MiB``, ``1GB``): a YAML
+    ``target_file_size: 128MB`` means what it says instead of failing on the unit."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a size; write a number of bytes or a size with a unit: e.g. '128MiB'")
+    if isinstance(value, int):
+        return value
+    match = _SIZE.match(str(value))
     if not match:
-        raise ValueError(f"{value!r} is not a duration; write a number and a unit, s, m, h or d: e.g. '30s', '2m', '1h', '7d'")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        raise ValueError(f"{value!r} is not a size; write a number of bytes, or a number and a unit (B, KB, MB, GB, "
+                         f"KiB, MiB, GiB): e.g. '128MiB', '1GB'")
+    return int(float(match.group(1)) * _UNIT_BYTES[match.group(2)])
 
 
 _SECRET_NAME = re.compile(r"(?i)(password|passwd|secret|token|credential|access\.key|private\.key)")

@@ -13,10 +13,10 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from offsetbatch import redact, validation
 from offsetbatch.errors import ConfigError
@@ -70,9 +70,23 @@ class KafkaSettings(_Model):
         return self
 
 
+OFFSET_MAX = 2**63 - 1  # Kafka's offsets are int64: a larger cap is a typo, never a limit
+
+
+def _not_a_bool(v: object) -> object:
+    """YAML's ``true`` would pass as the number 1 (a count of one record, one retry): refused. A
+    string from ``${VAR:-2}`` still parses as the number it spells."""
+    if isinstance(v, bool):
+        raise ValueError(f"must be a number, got {str(v).lower()}")
+    return v
+
+
+Count = Annotated[int, BeforeValidator(_not_a_bool)]
+
+
 class Caps(_Model):
-    max_records_per_partition: int = Field(5_000_000, gt=0)
-    max_records_per_batch: int = Field(50_000_000, gt=0)
+    max_records_per_partition: Count = Field(5_000_000, gt=0, le=OFFSET_MAX)
+    max_records_per_batch: Count = Field(50_000_000, gt=0, le=OFFSET_MAX)
 
 
 class TransformSettings(_Model):
@@ -159,8 +173,8 @@ class LagTriggerSettings(_Model):
     on the schedule (``dag.lag_trigger``). A run starts when ``min_records`` wait or the oldest
     waiting record has waited ``max_delay``, whichever comes first; nothing starts while nothing waits."""
 
-    min_records: int | None = Field(None, gt=0, strict=True,  # strict: YAML's true is not 1 record
-                                    description="records waiting past the frontier that start a run")
+    min_records: Count | None = Field(None, gt=0,
+                                      description="records waiting past the frontier that start a run")
     max_delay: float | None = Field(None, gt=0, description="how long the oldest waiting record may wait before a "
                                     "run starts ('30s', '2m', '1h'; seconds)")
     poll: float = Field(10.0, ge=1.0, description="how often the trigger asks the broker for the log ends and the "
@@ -190,8 +204,8 @@ class AirflowSettings(_Model):
     start_date: datetime = datetime(2026, 1, 1, tzinfo=timezone.utc)
     end_date: datetime | None = Field(None, description="no scheduled run with a later logical date")
     catchup: bool = False
-    retries: int = Field(2, ge=0)
-    retry_delay_seconds: int = Field(60, ge=0)
+    retries: Count = Field(2, ge=0, le=100)
+    retry_delay_seconds: Count = Field(60, ge=0, le=86400)
     owner: str = "data-engineering"
     tags: list[str] = Field(default_factory=list)
     asset_partitions: bool = Field(
@@ -269,6 +283,14 @@ class PipelineConfig(_Model):
         if self.key.tombstones != "reject":
             raise ValueError("key.tombstones: a tombstone is a record whose value is null; set value.tombstones "
                              "instead")
+        return self
+
+    @model_validator(mode="after")
+    def _maintenance_fits_sink(self) -> "PipelineConfig":
+        """Settings a pass would ignore for this sink are refused, not dropped: only Iceberg keeps snapshots."""
+        if "retain_snapshots" in self.maintenance.model_fields_set and self.sink.type != "iceberg":
+            raise ValueError(f"maintenance.retain_snapshots applies to Iceberg tables only; a {self.sink.type} sink "
+                             f"keeps no snapshots, so a pass would ignore it: remove it")
         return self
 
     @model_validator(mode="after")
@@ -434,6 +456,40 @@ def load_config(path: str | Path) -> PipelineConfig:
         return PipelineConfig(**raw, source_file=str(path))
     except ValidationError as exc:
         problems = "; ".join(
-            f"field '{'.'.join(str(p) for p in err['loc']) or '(top level)'}': {err['msg']}" for err in exc.errors()
+            f"field '{'.'.join(str(p) for p in err['loc']) or '(top level)'}': {err['msg']}"
+            + (_did_you_mean(err["loc"]) if err["type"] == "extra_forbidden" else "") for err in exc.errors()
         )
         raise ConfigError(redact.url(f"{path}: invalid pipeline config: {problems}")) from None
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """`` (did you mean 'x'?)`` for an unknown key close to a field the mapping it sits in has: the
+    pipeline's own models, and for ``sink:``, ``value:`` and ``key:`` every sink's or format's."""
+    import difflib
+
+    models: list[type[BaseModel]] = [PipelineConfig]
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if models == [PipelineConfig] and part == "sink":
+            models = [s.Settings for s in SINKS.values()]
+        elif models == [PipelineConfig] and part in ("value", "key"):
+            from offsetbatch.formats import FORMATS
+
+            models = [f.Settings for f in FORMATS.values()]
+        else:
+            models = [m for m in (_model_of(model.model_fields[part].annotation) for model in models
+                                  if part in model.model_fields) if m is not None]
+    names = sorted({f.alias or name for model in models for name, f in model.model_fields.items()} - {"source_file"})
+    close = difflib.get_close_matches(str(loc[-1]), names, 1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (``X``, ``X | None``), if it holds one."""
+    from typing import get_args
+
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None

@@ -53,6 +53,11 @@ class MaintenanceSettings(BaseModel):
     def _duration(cls, v: object) -> object:
         return validation.parse_duration(v)
 
+    @field_validator("target_file_size", mode="before")
+    @classmethod
+    def _size(cls, v: object) -> object:
+        return validation.parse_size(v)
+
     @field_validator("schedule")
     @classmethod
     def _cron(cls, v: str | None) -> str | None:

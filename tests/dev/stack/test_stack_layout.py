@@ -97,3 +97,16 @@ def test_the_dev_tooling_finds_the_checkouts_files_from_scripts_dev():
                     for a in n.names}
         assert not imported & {"offsetbatch", "offsetbatch_dev"}, f"{peer}: the peers run on pyspark alone"
     assert (PROJECT_ROOT / "docs").is_dir(), "the benchmarks write their reports to docs/"
+
+
+def test_runuser_is_found_off_path_or_named_with_its_package(monkeypatch):
+    """As root the stack starts PostgreSQL through runuser, which /usr/sbin holds (not on every root
+    PATH); missing, the error names the package and the way around it."""
+    from offsetbatch_dev.stack import postgres
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert postgres._runuser() in ("/usr/sbin/runuser", "/sbin/runuser")
+    monkeypatch.setattr(postgres.os, "access", lambda path, mode: False)
+    with pytest.raises(postgres.PostgresError, match=r"through 'runuser' \(util-linux\), which is not on PATH nor in "
+                                                     r"/usr/sbin: install it with 'apt-get install util-linux'"):
+        postgres._runuser()

@@ -108,6 +108,24 @@ def test_defaults(tmp_path):
      "(top level)", "sink.dead_letter_topic is sink.topic ('clean')"),
     ({"name": "Bad-Name"}, "name", "should match pattern"),
     ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
+    # issue 58, item 5: each names the field and the fix
+    ({"starting_polcy": "latest"}, "starting_polcy", "Extra inputs are not permitted (did you mean 'starting_policy'?)"),
+    ({"sink": {"path": "/data/orders", "partiton_by": ["kind"]}}, "sink.partiton_by",
+     "(did you mean 'partition_by'?)"),
+    ({"value": {"format": "json", "schma": "id STRING"}}, "value.schma", "(did you mean 'schema'?)"),
+    ({"maintenance": {"retian": "7d"}}, "maintenance.retian", "(did you mean 'retain'?)"),
+    ({"maintenance": {"retain": "-7d"}}, "maintenance.retain", "'-7d': a duration must be positive"),
+    ({"maintenance": {"retain": -60}}, "maintenance.retain", "-60: a duration must be positive"),
+    ({"maintenance": {"retain": 1e300}}, "maintenance.retain", "1e+300 is more than 100 years"),
+    ({"maintenance": {"target_file_size": "128 parsecs"}}, "maintenance.target_file_size",
+     "is not a size; write a number of bytes, or a number and a unit (B, KB, MB, GB, KiB, MiB, GiB)"),
+    ({"maintenance": {"retain_snapshots": 5}}, "(top level)", "maintenance.retain_snapshots applies to Iceberg tables "
+                                                              "only; a files sink keeps no snapshots"),
+    ({"airflow": {"retries": True}}, "airflow.retries", "must be a number, got true"),
+    ({"caps": {"max_records_per_batch": 10**30}}, "caps.max_records_per_batch",
+     "Input should be less than or equal to 9223372036854775807"),
+    ({"transform": {"python": "os.system"}}, "transform.python", "'os.system' is part of Python itself, not a "
+                                                                 "transform"),
 ])
 def test_bad_fields_are_named(tmp_path, change, field, message):
     doc = {**GOOD, **change}
@@ -243,3 +261,12 @@ def test_yaml_variables_are_expanded_in_paths_but_never_in_the_sql(tmp_path, mon
     sql = "SELECT id, '${OB_SECRET_JSON}' AS c FROM records"
     trusted = load_config(_write(tmp_path, {**GOOD, "transform": {"sql": sql, "allow_system_access": True}}))
     assert trusted.transform.sql == sql  # not expanded, even where allowed
+
+
+def test_sizes_take_their_unit_and_counts_a_string_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("OB_RETRIES", "4")
+    cfg = load_config(_write(tmp_path, {**GOOD, "maintenance": {"target_file_size": "128MiB"},
+                                        "airflow": {"retries": "${OB_RETRIES}"}}))
+    assert (cfg.maintenance.target_file_size, cfg.airflow.retries) == (128 * 2**20, 4)
+    assert load_config(_write(tmp_path, {**GOOD, "maintenance": {"target_file_size": "1GB"}})).maintenance \
+        .target_file_size == 10**9

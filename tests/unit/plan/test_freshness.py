@@ -44,7 +44,7 @@ def test_the_rule_loads_with_units_and_the_cron_may_go(tmp_path):
                                            "duration; write a number and a unit, s, m, h or d"),
     ({"trigger": {"max_delay": "2m", "pol": "1s"}}, "field 'airflow.trigger.pol': Extra inputs are not permitted"),
     ({"schedule": None}, "schedule is null and there is no trigger"),
-    ({"trigger": {"min_records": True}}, "field 'airflow.trigger.min_records': Input should be a valid integer"),
+    ({"trigger": {"min_records": True}}, "field 'airflow.trigger.min_records': Value error, must be a number, got true"),
     ({"trigger": {"max_delay": "5s", "poll": "10s"}}, "field 'airflow.trigger': Value error, max_delay (5 s) is "
                                                       "shorter than poll (10 s)"),
 ])

@@ -34,6 +34,17 @@ def _bin_dir() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
+def _runuser() -> str:
+    """util-linux's ``runuser`` (in /usr/sbin, which a root shell's PATH may lack), or a clear error."""
+    found = shutil.which("runuser") or next((p for p in ("/usr/sbin/runuser", "/sbin/runuser") if os.access(p, os.X_OK)),
+                                            None)
+    if found is None:
+        raise PostgresError("running as root, PostgreSQL must start as the 'postgres' user, through 'runuser' "
+                            "(util-linux), which is not on PATH nor in /usr/sbin: install it with "
+                            "'apt-get install util-linux', or run offsetbatch-stack as a user other than root.")
+    return found
+
+
 def ensure_installed() -> Path:
     """The server's bin folder, installing Debian's ``postgresql`` package first if needed."""
     bin_dir = _bin_dir()
@@ -72,8 +83,8 @@ class PostgresCluster:
         return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{database}"
 
     def _run(self, *cmd: str) -> subprocess.CompletedProcess:
-        if os.geteuid() == 0:
-            cmd = ("runuser", "-u", "postgres", "--", *cmd)
+        if os.geteuid() == 0:  # the server refuses to run as root: as the postgres user Debian's package made
+            cmd = (_runuser(), "-u", "postgres", "--", *cmd)
         return subprocess.run(cmd, capture_output=True, text=True)
 
     def start(self) -> None:
