@@ -91,7 +91,8 @@ class DebeziumFormat(ValueFormat):
         source = f", source STRUCT<{version.split('.')[1]}: BIGINT>" if version and version.startswith("source.") else ""
         event = f"before STRUCT<{spec.schema_ddl}>, after STRUCT<{spec.schema_ddl}>, op STRING, ts_ms BIGINT{source}"
         envelope = f"{event}, payload STRUCT<{event}, ddl: STRING, tableChanges: STRING>, ddl STRING, tableChanges STRING"
-        parsed = parse_json_body(records, replace(spec, schema_ddl=envelope, required=[]), F.col("value"))
+        parsed = parse_json_body(records, replace(spec, schema_ddl=envelope, required=[]), F.col("value"),
+                                 mismatch=_version_mismatch(version))
 
         def part(name: str) -> "Column":  # the converter's schemas.enable wraps the event in payload
             return F.coalesce(F.col(f"payload.{name}"), F.col(name))
@@ -132,6 +133,24 @@ class DebeziumAvroFormat(ConfluentAvroFormat):
 
         parsed = super().parse(records, replace(spec, required=[]))
         return unwrap(parsed, spec, F.col, [])
+
+
+def _version_mismatch(version: str | None):
+    """The reason a JSON event fails the envelope's schema because of its version (``value.version``
+    is a BIGINT: ``source.lsn`` as a string, a float, or past 2^63), naming the path and the value."""
+    if not version:
+        return None
+
+    def reason(text: "Column") -> "Column":
+        from pyspark.sql import functions as F
+
+        raw = F.coalesce(F.get_json_object(text, f"$.payload.{version}"), F.get_json_object(text, f"$.{version}"))
+        whole = raw.rlike(r"^-?[0-9]{1,19}$") & raw.cast("decimal(20,0)").between(-(2**63), 2**63 - 1)
+        return F.when(raw.isNotNull() & ~whole, F.concat(
+            F.lit(f"value.version {version} is "), F.substring(raw, 1, 40),
+            F.lit(", not a whole number within BIGINT (-2^63 .. 2^63-1): a version orders a key's changes; point "
+                  "value.version at a numeric field (source.lsn, ts_ms)")))
+    return reason
 
 
 def _option(spec: "JobSpec", name: str, default=None):

@@ -6,7 +6,7 @@ rejected with that reason; the parsed fields replace the raw ``value`` in the ou
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from offsetbatch.formats.base import CORRUPT, ERROR, META, ValueFormat, ValueSettings
 from offsetbatch.formats.ddl import ddl_field_names
@@ -38,9 +38,12 @@ class JsonFormat(ValueFormat):
 
 
 def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
-                    framing_error: "Column | None" = None) -> "DataFrame":
+                    framing_error: "Column | None" = None,
+                    mismatch: "Callable[[Column], Column] | None" = None) -> "DataFrame":
     """The JSON in ``body`` (the value, or the part after a framing prefix) parsed with the pipeline's
-    DDL; ``framing_error``: a reason to reject the record before its JSON is looked at (NULL if none)."""
+    DDL; ``framing_error``: a reason to reject the record before its JSON is looked at (NULL if none);
+    ``mismatch``: from the JSON text, a more precise reason for a schema mismatch than the generic
+    one (NULL where it has none), evaluated only on the records the parser flagged."""
     from pyspark.sql import functions as F
 
     passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
@@ -67,7 +70,8 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
         error.when(~F.col("_valid_utf8"), F.lit("value is not valid UTF-8"))
         .when(F.col(f"_parsed.{CORRUPT}").isNotNull(),
               F.when(F.get_json_object(text, "$").isNull(), F.lit("malformed JSON"))
-              .otherwise(F.lit("schema mismatch: value does not fit the declared schema")))
+              .otherwise(F.coalesce(*([mismatch(text)] if mismatch else []),
+                                    F.lit("schema mismatch: value does not fit the declared schema"))))
         .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     )
     return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR),
