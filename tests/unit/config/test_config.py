@@ -200,7 +200,7 @@ SECRET = "S3cr3tPw"
     ({"sink": {"type": "iceberg", "namespace": "n", "table": "t", "warehouse": "/wh", "staging": "/st",
                "catalog": f"postgresql+psycopg2:/u:{SECRET}@h/db"}}, "sink", "postgresql+psycopg2:/u:***@h/db"),
     ({"sink": {"path": f"s3a://KEY:{SECRET}/x@bucket/events", "storage_conn_id": "s3"}}, "sink.path",
-     "'s3a://KEY:***@bucket/events' holds credentials (user:password@); give them to an Airflow connection"),
+     "'s3a://KEY:***@bucket/events' holds credentials (user:password@ or a password, token or key parameter); give them to an Airflow connection"),
 ])
 def test_a_password_in_a_bad_url_is_never_echoed(tmp_path, change, field, shown):
     """Issue 41, case 9: config errors become DAG import errors every UI user reads."""
