@@ -19,12 +19,13 @@ import re
 _USERINFO = re.compile(r"(?P<head>(?:[A-Za-z][A-Za-z0-9+.\-]*:)+/*)(?P<user>[^:/@\s'\"]*):(?P<password>[^@\s'\"]+)@")
 
 # A parameter name that says its value is a secret: one ending in one of these words (sslpassword,
-# keyStorePassword, access_token, X-Amz-Security-Token, client_secret, AccountKey, SharedAccessKey,
-# an Azure SAS's sig) or a bare ``key`` (an API key in a query). Not ``sslkey``/``keyfile``: a path.
-_SECRET_WORDS = (r"password|passwd|pwd|secret|token|signature|sig|credentials?"
+# keyStorePassword, access_token, X-Amz-Security-Token, client_secret, AccountKey, SharedAccessKey),
+# or in a URL's query a bare ``key`` (an API key) or ``sig`` (an Azure SAS's signature): a folder
+# named ``key=eu`` (Hive's partitions) is not a secret. Not ``sslkey``/``keyfile``: a path.
+_SECRET_WORDS = (r"password|passwd|pwd|secret|token|signature|credentials?"
                  r"|(?:api|account|access|private|secret|sharedaccess)[_\-]?key")
 _PARAMETER = re.compile(
-    r"(?i)(?<![\w.\-%])(?P<name>(?:[\w.\-%]*?(?:" + _SECRET_WORDS + r")|key))"
+    r"(?i)(?<![\w.\-%])(?P<name>[\w.\-%]*?(?:" + _SECRET_WORDS + r")|(?<=[?&])(?:key|sig))"
     r"(?P<eq>[ \t]*(?:=|%3D)[ \t]*)"
     r"(?P<value>\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|\{[^}]*\}|[^\s&;\"']+)")
 

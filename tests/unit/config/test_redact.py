@@ -50,6 +50,7 @@ def test_every_spelling_of_a_credential_is_masked(text, masked):
     "sqlite:////var/lib/offsetbatch/ledger.db", "postgresql+psycopg2://u@h:5432/db?sslmode=require",
     "s3a://bucket/events", "spark.sql.shuffle.partitions=4", "kafka.key=x monkey=y sslkey=/etc/k.pem keyfile=/k",
     "-Djava.security.auth.login.config=/etc/jaas.conf", "http://proxy:3128", "user@example.org",
+    "s3a://lake/tables/orders/key=eu/sig=1", "/data/orders/region=eu",  # Hive-style folders
 ])
 def test_what_carries_no_credential_is_left_as_it_is(text):
     assert redact.url(text) == text
