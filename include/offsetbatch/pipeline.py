@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from offsetbatch import redact
 from offsetbatch.config import PipelineConfig, load_config
 from offsetbatch.errors import ConfigError
 from offsetbatch.jobspec import JobSpec
@@ -58,14 +59,14 @@ class Pipeline:
         except LedgerError:
             raise
         except Exception as exc:  # noqa: BLE001 - Airflow's "conn_id isn't defined" and friends
-            raise ConfigError(f"pipeline {cfg.name}: cannot resolve its ledger (ledger.conn_id "
-                              f"'{cfg.ledger.conn_id}'): {' '.join(str(exc).split())}. Define the Airflow connection "
-                              f"or set ledger.url in {cfg.source_file}") from None
+            raise ConfigError(redact.url(f"pipeline {cfg.name}: cannot resolve its ledger (ledger.conn_id "
+                                         f"'{cfg.ledger.conn_id}'): {' '.join(str(exc).split())}. Define the Airflow "
+                                         f"connection or set ledger.url in {cfg.source_file}")) from None
         try:
             return check_ledger_url(url)
-        except ValueError as exc:
-            raise ConfigError(f"pipeline {cfg.name}: the ledger connection '{cfg.ledger.conn_id}' (ledger.conn_id): "
-                              f"{exc}") from None
+        except ValueError as exc:  # its message repeats the URL
+            raise ConfigError(redact.url(f"pipeline {cfg.name}: the ledger connection '{cfg.ledger.conn_id}' "
+                                         f"(ledger.conn_id): {exc}")) from None
 
     def ledger(self, create: bool = False) -> "Ledger":
         """The pipeline's ledger (a context manager). Never created unless ``create``: only a new

@@ -344,18 +344,6 @@ def parse_size(value: object) -> int:
     return int(float(match.group(1)) * _UNIT_BYTES[match.group(2)])
 
 
-_SECRET_NAME = re.compile(r"(?i)(password|passwd|secret|token|credential|access\.key|private\.key)")
-
-
-def holds_secret(key: str) -> bool:
-    """Whether a setting's name says its value is a secret (``spark.hadoop.fs.s3a.secret.key``,
-    ``…session.token``, ``spark.ssl.keyStorePassword``). Kubernetes' ``…secretKeyRef…`` and
-    ``…secrets.<name>`` name a secret stored elsewhere, not the secret, and pass."""
-    if key.startswith("spark.kubernetes.") and ("secretKeyRef" in key or ".secrets." in key):
-        return False
-    return _SECRET_NAME.search(key) is not None
-
-
 def check_ledger_url(url: str) -> str:
     """Raise ``ValueError`` for a SQLite ledger that is not one file at one absolute path: a relative
     path resolves against each task's working directory (two tasks, two ledgers, batch 1 planned

@@ -10,6 +10,7 @@ a second time next to the first.
 
 from __future__ import annotations
 
+from offsetbatch import redact
 from offsetbatch.ledger import Ledger, OwnershipError
 from offsetbatch.sinks import Sink
 
@@ -72,4 +73,4 @@ def _ids(ids: list[int], limit: int = 6) -> str:
 
 
 def _shown(ledger: Ledger) -> str:
-    return ledger.engine.url.render_as_string(hide_password=True)
+    return redact.url(ledger.engine.url.render_as_string(hide_password=True))

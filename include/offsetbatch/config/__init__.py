@@ -150,14 +150,17 @@ class SparkSettings(_Model):
     @field_validator("conf")
     @classmethod
     def _no_secrets(cls, conf: dict[str, str]) -> dict[str, str]:
-        """spark.conf rides on spark-submit's command line for the whole run, in the serialized DAG
-        and in task logs: a secret there is in plain sight (issue 41, case 9)."""
-        secret = sorted(k for k in conf if validation.holds_secret(k))
+        """spark.conf rides on spark-submit's command line for the whole run, in the operator's conf,
+        the serialized DAG and task logs: a secret there is in plain sight (issue 41, case 9; issue
+        58: by its value too, an Azure account key, a JAAS or JDBC password). Named by key only."""
+        secret = sorted(k for k, v in conf.items() if redact.holds_secret(k, v))
         if secret:
             raise ValueError(f"{', '.join(secret)} would put a secret on spark-submit's command line, in the DAG and "
                              f"in task logs: remove it. Object-store keys belong in the Airflow connection named by "
                              f"sink.storage_conn_id, Kafka credentials in kafka.conn_id's; both reach the job in a "
-                             f"private file")
+                             f"private file. Other stores' keys (an Azure account key, a database password) belong in "
+                             f"the cluster's own configuration (core-site.xml, a Hadoop credential provider named by "
+                             f"hadoop.security.credential.provider.path), never in the pipeline's YAML")
         return conf
 
     @field_validator("connect_conn_id", mode="before")

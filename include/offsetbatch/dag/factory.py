@@ -81,8 +81,8 @@ def pipeline_dags(sources: str | None = None) -> dict:
 
 def _build_error(cfg, exc: Exception) -> str:
     """The import-error line of a config that loads but whose DAG cannot be built."""
-    return (f"{cfg.source_file}: pipeline {cfg.name}'s DAG cannot be built: {type(exc).__name__}: "
-            f"{' '.join(str(exc).split())}")
+    return redact.url(f"{cfg.source_file}: pipeline {cfg.name}'s DAG cannot be built: {type(exc).__name__}: "
+                      f"{' '.join(str(exc).split())}")
 
 
 def _buildable(cfg) -> str | None:

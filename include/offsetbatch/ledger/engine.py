@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 
+from offsetbatch import redact
 from offsetbatch.ledger import schema
 from offsetbatch.ledger.errors import (LedgerError, LedgerLockTimeout, LedgerMissingError, LedgerReadOnlyError,
                                        LedgerUnreachableError)
@@ -53,7 +54,7 @@ def open_engine(url: str, create: bool = False) -> sa.Engine:
     refusing. A ledger is never created by accident: a missing ledger next to an existing table
     would re-read everything the table holds."""
     u = sa.make_url(url)
-    shown = u.render_as_string(hide_password=True)
+    shown = redact.url(u.render_as_string(hide_password=True))  # a ?password= too
     if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
         path = Path(u.database)
         if not path.exists():
@@ -126,7 +127,7 @@ def migrate(engine: sa.Engine) -> int:
         current = conn.execute(sa.select(sa.func.max(schema.schema_version.c.version))).scalar() or 0
         if current > schema.LATEST:
             raise LedgerError(
-                f"the ledger at {engine.url.render_as_string(hide_password=True)} has schema version {current}, newer than this "
+                f"the ledger at {redact.url(engine.url.render_as_string(hide_password=True))} has schema version {current}, newer than this "
                 f"offsetbatch ({schema.LATEST}); upgrade offsetbatch"
             )
         for version in range(current + 1, schema.LATEST + 1):
@@ -157,7 +158,7 @@ def pipeline_lock(engine: sa.Engine, name: str, timeout_s: float = LOCK_TIMEOUT_
         text = str(exc.orig or exc).lower()
         if "readonly database" in text or "read-only transaction" in text:
             raise LedgerReadOnlyError(
-                f"pipeline {name}: the ledger at {engine.url.render_as_string(hide_password=True)} cannot be "
+                f"pipeline {name}: the ledger at {redact.url(engine.url.render_as_string(hide_password=True))} cannot be "
                 f"written ({str(exc.orig or exc).strip().splitlines()[0]}); nothing was changed. Make it writable for "
                 f"the user that runs the Airflow tasks (for SQLite, the file and its folder), or point ledger.url "
                 f"or the ledger's connection at a writable database.") from None

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
+from offsetbatch import redact
 from offsetbatch.ledger import queries
 from offsetbatch.monitor import chart
 from offsetbatch.monitor.pages import (MAX_POINTS, PAGE, POINTS, Forbidden, NotFound, PageError,
@@ -169,7 +170,9 @@ def invalid_parameters(errors: list[dict]) -> str:
 
 
 def _error(request: Request, status: int, detail) -> HTMLResponse | JSONResponse:
-    """``{"detail": ...}`` for the API; for a page, the base page with the sentence."""
+    """``{"detail": ...}`` for the API; for a page, the base page with the sentence (a URL's password
+    or secret parameter masked, whoever wrote it)."""
+    detail = redact.url(detail) if isinstance(detail, str) else detail
     if "/api/" in request.url.path:
         return JSONResponse({"detail": detail}, status_code=status)
     return HTMLResponse(render("base.html").replace("</body>", f'<p id="error">{_esc(detail)}</p></body>'),

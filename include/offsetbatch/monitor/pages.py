@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 
 import sqlalchemy as sa
 
+from offsetbatch import redact
 from offsetbatch.ledger import LedgerError, queries
 from offsetbatch.monitor import health
 from offsetbatch.monitor.sources import Sources
@@ -98,10 +99,11 @@ class Pages:
                 rows.append(self.overview(pipeline))
             except Exception as exc:  # noqa: BLE001 - one broken ledger must not hide the others
                 if isinstance(exc, LedgerError):  # missing or unreachable: the message says it all
-                    log.warning("pipeline %s: cannot read its ledger: %s", cfg.name, exc)
+                    log.warning("pipeline %s: cannot read its ledger: %s", cfg.name, redact.url(str(exc)))
                 else:
                     log.exception("pipeline %s: overview failed", cfg.name)
-                errors.append(f"pipeline {cfg.name}: cannot read its ledger: {type(exc).__name__}: {_one_line(exc)}")
+                errors.append(redact.url(f"pipeline {cfg.name}: cannot read its ledger: {type(exc).__name__}: "
+                                         f"{_one_line(exc)}"))
         return {"pipelines": rows, "errors": errors}
 
     def overview(self, pipeline: Pipeline, lag: list[dict] | None = None) -> dict:
@@ -203,7 +205,7 @@ def _reading(name: str) -> Iterator[None]:
     try:
         yield
     except (LedgerError, sa.exc.SQLAlchemyError) as exc:
-        log.warning("pipeline %s: cannot read its ledger: %s", name, exc)
+        log.warning("pipeline %s: cannot read its ledger: %s", name, redact.url(str(exc)))
         raise Unavailable(f"pipeline {name}: cannot read its ledger: {_one_line(exc)}") from None
 
 

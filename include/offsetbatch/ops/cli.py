@@ -144,7 +144,7 @@ def _ledger(pipeline: Pipeline) -> Iterator[Ledger]:
 
 def _shown(url: str) -> str:
     try:
-        return sa.make_url(url).render_as_string(hide_password=True)
+        return redact.url(sa.make_url(url).render_as_string(hide_password=True))
     except sa.exc.ArgumentError:
         return "(an invalid URL)"
 
@@ -564,12 +564,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _error_text(exc: Exception) -> str:
-    """One line, whatever the error: a multi-line message (YAML errors, SQL echoes) is folded."""
+    """One line, whatever the error: a multi-line message (YAML errors, SQL echoes) is folded, and
+    any URL's password or secret parameter in it masked (``redact.url``), whoever wrote the message."""
     if isinstance(exc, KafkaError):
-        return f"{type(exc).__name__}: {_one_line(exc)}. Is the broker up? ('offsetbatch doctor')"
-    if isinstance(exc, (sa.exc.SQLAlchemyError, sqlite3.Error)):
-        return f"ledger database error: {_db_reason(exc)}. Nothing was changed; check the ledger ('offsetbatch doctor')"
-    return _one_line(exc)
+        text = f"{type(exc).__name__}: {_one_line(exc)}. Is the broker up? ('offsetbatch doctor')"
+    elif isinstance(exc, (sa.exc.SQLAlchemyError, sqlite3.Error)):
+        text = f"ledger database error: {_db_reason(exc)}. Nothing was changed; check the ledger ('offsetbatch doctor')"
+    else:
+        text = _one_line(exc)
+    return redact.url(text)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ class Check:
 
 def _run(name: str, fn, fix: str) -> Check:
     try:
-        return Check(name, True, fn() or "ok")
+        return Check(name, True, redact.url(fn() or "ok"))  # a rendered ledger URL's ?password= too
     except Exception as exc:  # noqa: BLE001 - a check reports any failure, it never raises
         return Check(name, False, redact.url(f"{type(exc).__name__}: {exc}"), fix)
 

@@ -86,7 +86,7 @@ def absolute_location(v: str) -> str:
     working directory), without a trailing ``/``. Credentials in it are refused, unrepeated: they would
     be in the DAG's documentation, job specs and logs, where a connection keeps them out."""
     if redact.url(v) != v:
-        raise ValueError(f"{redact.url(v)!r} holds credentials (user:password@); give them to an Airflow connection "
+        raise ValueError(f"{redact.url(v)!r} holds credentials (user:password@ or a password, token or key parameter); give them to an Airflow connection "
                          f"(type aws: sink.storage_conn_id) and remove them from the location")
     if "://" not in v and not v.startswith("/"):
         raise ValueError(f"must be an absolute path or a URI, got {v!r}")

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from offsetbatch import redact
 from offsetbatch.errors import (
     SchemaNotFoundError,
     SchemaRegistryAuthError,
@@ -117,7 +118,8 @@ class RegistrySettings:
             self._fail(f"extra timeout must be seconds in (0, {MAX_TIMEOUT_S:g}], got {self.timeout!r}")
 
     def _fail(self, problem: str) -> None:
-        raise SchemaRegistryConnectionError(f"{self._owner()}: {problem}.")
+        """The URL's secret parameters (``?token=``) masked: a refused URL is echoed in the message."""
+        raise SchemaRegistryConnectionError(redact.url(f"{self._owner()}: {problem}."))
 
     def _owner(self) -> str:
         return f"Schema registry connection '{self.conn_id}'" if self.conn_id else "Schema registry settings"

@@ -215,10 +215,15 @@ SECRET = "S3cr3tPw"
 @pytest.mark.parametrize("change, field, shown", [
     # a mistyped URL (one slash): its password must not reach the DAG import error every UI user reads
     ({"ledger": {"url": f"postgresql+psycopg2:/user:{SECRET}@host/db"}}, "ledger.url", "postgresql+psycopg2:/user:***@host/db"),
+    # issue 58: the other spellings, in validation.check_ledger_url's two messages (unparseable, relative)
+    ({"ledger": {"url": f"postgresql+psycopg2:/host/db?sslpassword={SECRET}"}}, "ledger.url",
+     "'postgresql+psycopg2:/host/db?sslpassword=***' is not a SQLAlchemy URL"),
+    ({"ledger": {"url": f"sqlite:///ledger.db?password={SECRET}"}}, "ledger.url",
+     "'sqlite:///ledger.db?password=***' is a relative SQLite path"),
     ({"sink": {"type": "iceberg", "namespace": "n", "table": "t", "warehouse": "/wh", "staging": "/st",
                "catalog": f"postgresql+psycopg2:/u:{SECRET}@h/db"}}, "sink", "postgresql+psycopg2:/u:***@h/db"),
     ({"sink": {"path": f"s3a://KEY:{SECRET}/x@bucket/events", "storage_conn_id": "s3"}}, "sink.path",
-     "'s3a://KEY:***@bucket/events' holds credentials (user:password@); give them to an Airflow connection"),
+     "'s3a://KEY:***@bucket/events' holds credentials (user:password@ or a password, token or key parameter); give them to an Airflow connection"),
 ])
 def test_a_password_in_a_bad_url_is_never_echoed(tmp_path, change, field, shown):
     """Issue 41, case 9: config errors become DAG import errors every UI user reads."""
@@ -226,6 +231,22 @@ def test_a_password_in_a_bad_url_is_never_echoed(tmp_path, change, field, shown)
         load_config(_write(tmp_path, {**GOOD, **change}))
     text = str(err.value)
     assert SECRET not in text and f"field '{field}" in text and shown in text, text
+
+
+def test_a_ledger_connections_bad_url_is_refused_without_its_password(tmp_path, monkeypatch):
+    """The same check on a URL from ledger.conn_id (an extra ``sqlalchemy_url``), whose error names the connection."""
+    import json
+
+    from offsetbatch.pipeline import Pipeline
+
+    monkeypatch.setenv("AIRFLOW_CONN_LEDGER_X", json.dumps({"conn_type": "generic", "extra": {
+        "sqlalchemy_url": f"sqlite:///ledger.db?password={SECRET}"}}))
+    pipeline = Pipeline.load(_write(tmp_path, {**GOOD, "ledger": {"conn_id": "ledger_x"}}))
+    with pytest.raises(ConfigError) as err:
+        pipeline.ledger_url()
+    text = str(err.value)
+    assert SECRET not in text and "the ledger connection 'ledger_x' (ledger.conn_id): 'sqlite:///ledger.db?password=***' " \
+                                  "is a relative SQLite path" in text, text
 
 
 @pytest.mark.parametrize("key", ["spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.access.key",

@@ -127,6 +127,13 @@ def test_credentials_in_a_url_are_refused_without_showing_them():
     assert "pw-in-url" not in str(err.value)
 
 
+def test_a_url_with_a_query_is_refused_without_showing_its_secret():
+    """Issue 58, item 2: the refusal repeats the URL, less a token in its query."""
+    with pytest.raises(SchemaRegistryConnectionError, match="must be one registry URL, without a query") as err:
+        RegistrySettings("https://registry.example/?api_key=k3y-in-query&x=1")
+    assert "k3y-in-query" not in str(err.value) and "'https://registry.example/?api_key=***&x=1'" in str(err.value)
+
+
 def test_a_ca_file_that_is_not_pem_is_a_settings_error(tmp_path):
     ca = tmp_path / "ca.pem"
     ca.write_text("not a certificate")

@@ -17,7 +17,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
-from offsetbatch import faults
+from offsetbatch import faults, redact
 from offsetbatch.errors import SinkError
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def shown(url: str) -> str:
     import sqlalchemy as sa
 
     try:
-        return sa.make_url(url).render_as_string(hide_password=True)
+        return redact.url(sa.make_url(url).render_as_string(hide_password=True))
     except Exception:  # noqa: BLE001 - a malformed URL is not shown at all
         return "<unparseable URL>"
 

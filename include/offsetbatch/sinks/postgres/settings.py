@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from offsetbatch import redact
 from offsetbatch.sinks.base import StagedSettings
 from offsetbatch.sinks.keyed import KeyedSettings
 
@@ -100,6 +101,6 @@ def _shown(url: str) -> str:
     import sqlalchemy as sa
 
     try:
-        return sa.make_url(url).render_as_string(hide_password=True)
+        return redact.url(sa.make_url(url).render_as_string(hide_password=True))
     except Exception:  # noqa: BLE001 - a malformed URL is shown as given, minus nothing secret we can find
         return "<unparseable URL>"
