@@ -344,10 +344,15 @@ def parse_size(value: object) -> int:
     return int(float(match.group(1)) * _UNIT_BYTES[match.group(2)])
 
 
-def check_ledger_url(url: str) -> str:
-    """Raise ``ValueError`` for a SQLite ledger that is not one file at one absolute path: a relative
-    path resolves against each task's working directory (two tasks, two ledgers, batch 1 planned
-    twice over the same offsets) and an in-memory database is gone when the task ends."""
+SUPPORTED_DATABASES = ("sqlite", "postgresql")  # the ledger's locks and types are written for these
+
+
+def check_ledger_url(url: str, databases: tuple[str, ...] | None = SUPPORTED_DATABASES) -> str:
+    """Raise ``ValueError`` for a URL that does not parse (naming the part), a database other than
+    ``databases`` (None: any SQLAlchemy has, for an Iceberg catalog), and a SQLite ledger that is not
+    one file at one absolute path: a relative path resolves against each task's working directory
+    (two tasks, two ledgers, batch 1 planned twice over the same offsets) and an in-memory database
+    is gone when the task ends."""
     import sqlalchemy as sa
 
     try:
@@ -355,6 +360,17 @@ def check_ledger_url(url: str) -> str:
     except sa.exc.ArgumentError:
         raise ValueError(f"{url!r} is not a SQLAlchemy URL, e.g. 'sqlite:////var/lib/offsetbatch/ledger.db' or "
                          f"'postgresql+psycopg2://user@host/db'") from None
+    except ValueError:  # SQLAlchemy's int() of the port: its message names neither the URL nor the part
+        port = url.rpartition("@")[2].partition("/")[0].rpartition(":")[2]
+        raise ValueError(f"the port of {url!r} is {port!r}, not a number; write host:port with a number (PostgreSQL's "
+                         f"is 5432), or leave ':port' out") from None
+    backend = u.get_backend_name()
+    forms = "'postgresql+psycopg2://user@host:5432/db' or 'sqlite:////absolute/path/ledger.db'"
+    if backend == "postgres":
+        raise ValueError(f"{url!r}: PostgreSQL's URL scheme in SQLAlchemy is 'postgresql' (with its driver), "
+                         f"not 'postgres': write {forms}")
+    if databases is not None and backend not in databases:
+        raise ValueError(f"{url!r}: a ledger is kept in SQLite or PostgreSQL, not {backend}: write {forms}")
     if u.get_backend_name() == "sqlite":
         database = u.database or ""
         if database in ("", ":memory:") or database.startswith("file:"):

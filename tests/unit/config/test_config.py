@@ -291,3 +291,17 @@ def test_sizes_take_their_unit_and_counts_a_string_from_the_environment(tmp_path
     assert (cfg.maintenance.target_file_size, cfg.airflow.retries) == (128 * 2**20, 4)
     assert load_config(_write(tmp_path, {**GOOD, "maintenance": {"target_file_size": "1GB"}})).maintenance \
         .target_file_size == 10**9
+
+
+@pytest.mark.parametrize("url, says", [
+    ("postgresql://ob:S3cr3tPw@db:notaport/ledger", "the port of 'postgresql://ob:***@db:notaport/ledger' is "
+                                                    "'notaport', not a number"),
+    ("postgres://ob:S3cr3tPw@db/ledger", "PostgreSQL's URL scheme in SQLAlchemy is 'postgresql' (with its driver), not "
+                                         "'postgres': write 'postgresql+psycopg2://user@host:5432/db' or"),
+    ("mysql://ob:S3cr3tPw@db/ledger", "a ledger is kept in SQLite or PostgreSQL, not mysql: write "
+                                      "'postgresql+psycopg2://user@host:5432/db'"),
+], ids=["port", "postgres://", "mysql://"])
+def test_a_ledger_url_names_the_wrong_part_and_the_supported_forms_without_its_password(tmp_path, url, says):
+    with pytest.raises(ConfigError) as err:
+        load_config(_write(tmp_path, {**GOOD, "ledger": {"url": url}}))
+    assert says in str(err.value) and "field 'ledger" in str(err.value) and "S3cr3tPw" not in str(err.value)

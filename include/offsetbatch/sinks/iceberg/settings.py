@@ -72,7 +72,7 @@ class IcebergSettings(KeyedSettings, StagedSettings):
         if "://" in v or v.startswith("sqlite:"):
             from offsetbatch.validation import check_ledger_url  # config imports the sinks
 
-            return check_ledger_url(v)
+            return check_ledger_url(v, databases=None)  # pyiceberg's SQL catalog takes any
         if not CONN_ID.match(v):
             raise ValueError(f"catalog {v!r} is neither a SQLAlchemy URL (postgresql+psycopg2://user@host/db, "
                              f"sqlite:////path/catalog.db) nor an Airflow connection id (letters, digits, '_', '-', '.')")
