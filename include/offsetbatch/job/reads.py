@@ -91,25 +91,35 @@ def analyzed_tree(spark: SparkSession, out: DataFrame) -> list[str]:
 
     probe = out.select(F.lit(1).alias(CHECK_COLUMN))
     if is_remote_session(spark):
-        text = probe._explain_string(extended=True)  # noqa: SLF001 - what DataFrame.explain prints
-        lines = text.split("\n")
-        if lines.count(_ANALYZED) != 1 or lines.count(_OPTIMIZED) != 1:
-            raise UnreadablePlan("its explain text does not hold exactly one analyzed plan (a string literal or "
-                                 "name in the SQL that repeats Spark's section titles, or a cut plan text)")
-        start, end = lines.index(_ANALYZED), lines.index(_OPTIMIZED)
-        section = lines[start + 1:end]
-        if start > end or section[:1] != [f"{CHECK_COLUMN}: int"]:
-            raise UnreadablePlan("its explain text's analyzed plan is not where Spark puts it")
-        section = section[1:]
-    else:
-        text = probe._jdf.queryExecution().analyzed().treeString()  # noqa: SLF001 - classic only: Py4J
-        section = text.split("\n")
+        return tree_of_explain(probe._explain_string(extended=True))  # noqa: SLF001 - what DataFrame.explain prints
+    return tree_of_tree_string(probe._jdf.queryExecution().analyzed().treeString())  # noqa: SLF001 - Py4J
+
+
+def tree_of_explain(text: str) -> list[str]:
+    """The check's plan under its root, from an extended explain string (Spark Connect)."""
+    lines = text.split("\n")
+    if lines.count(_ANALYZED) != 1 or lines.count(_OPTIMIZED) != 1:
+        raise UnreadablePlan("its explain text does not hold exactly one analyzed plan (a string literal or name in "
+                             "the SQL that repeats Spark's section titles, or a cut plan text)")
+    start, end = lines.index(_ANALYZED), lines.index(_OPTIMIZED)
+    if start > end or lines[start + 1:start + 2] != [f"{CHECK_COLUMN}: int"]:
+        raise UnreadablePlan("its explain text's analyzed plan is not where Spark puts it")
+    return _below_root(text, lines[start + 2:end])
+
+
+def tree_of_tree_string(text: str) -> list[str]:
+    """The check's plan under its root, from the analyzed plan's tree string (classic PySpark)."""
+    return _below_root(text, text.split("\n"))
+
+
+def _below_root(text: str, section: list[str]) -> list[str]:
     if _TRUNCATED.search(text):
         raise UnreadablePlan("Spark cut its plan text (spark.sql.maxPlanStringLength is smaller than the plan): "
                              "leave spark.sql.maxPlanStringLength at its default")
     if any(REDACTED in line for line in section):
         raise UnreadablePlan("Spark redacted part of its plan text (spark.sql.redaction.string.regex matches it): "
                              "remove that setting or make it match less")
+    section = list(section)
     while section and not section[-1]:
         section.pop()
     if not section or not _ROOT.fullmatch(section[0]):
