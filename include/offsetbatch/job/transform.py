@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -112,7 +113,8 @@ def analyzed_transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> D
     """The transform over the batch's good records, analyzed at once: a wrong column or function
     name (which config validation cannot see) fails in seconds, before Kafka is read, naming the
     pipeline, the batch and the transform. It is the batch's own plan that is analyzed (Spark reads
-    Kafka only when the write runs), so no second plan is built for the check."""
+    Kafka only when the write runs), so no second plan is built for the check. A SQL transform's
+    analyzed plan must then read only the records (``job.reads``), unless transform.allow_system_access."""
     if spec.transform_python:
         field, what = "transform.python", f"transform.python {spec.transform_python!r}"
     else:
@@ -128,14 +130,17 @@ def analyzed_transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> D
         raise TransformAnalysisError(
             f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} fails analysis against the records' "
             f"columns ({', '.join(good.columns)}): {_first_line(exc)}{hint}. {FIX.format(field=field)}") from exc
+    checked = ""
     if spec.transform_sql and not spec.transform_system_access:
+        started = time.monotonic()
         outside = reads.check(spark, out)
+        checked = f", reads only the records (checked in {(time.monotonic() - started) * 1000:.0f} ms)"
         if outside is not None:
             raise TransformAnalysisError(
                 f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} reads more than the records: "
                 f"{outside}. {ONLY_RECORDS}; remove the rest, or set transform.allow_system_access: true if "
                 f"this pipeline's SQL is trusted. {FIX.format(field=field)}")
     if spec.transform_sql or spec.transform_python:
-        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)", spec.pipeline, spec.batch_id, what,
-                 len(out.columns))
+        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)%s", spec.pipeline, spec.batch_id, what,
+                 len(out.columns), checked)
     return out
