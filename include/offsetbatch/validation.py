@@ -72,9 +72,11 @@ def _parse(sql: str, what: str, col_shift: int = 0, hint: str = "") -> list["exp
 
 
 # Spark SQL that reaches past the records: into the JVM (any Java method: System.getenv reads the
-# job's environment) or the files of the job's hosts (a path queried as a table, parquet.`/etc/x`).
+# job's environment), a program on the job's hosts (TRANSFORM ... USING 'cat /etc/x') or a table
+# other than the records: a path queried as a table (parquet.`/etc/x`, or the source named by its
+# class), a catalog table, another session's global_temp view. A name with a qualifier is never the
+# records; the job refuses what this text check cannot name, on Spark's analyzed plan (job.reads).
 SYSTEM_FUNCTIONS = frozenset({"reflect", "try_reflect", "java_method", "read_files"})
-FILE_SOURCES = frozenset({"parquet", "json", "csv", "text", "orc", "avro", "binaryfile", "xml"})
 # Functions whose value differs each time a batch runs: a replay of the batch writes other values.
 NONDETERMINISTIC = frozenset({"rand", "randn", "random", "uuid", "shuffle", "current_timestamp", "now",
                               "current_date", "curdate", "localtimestamp", "monotonically_increasing_id"})
@@ -116,21 +118,34 @@ def sql_functions(sql: str) -> set[str]:
 
 
 def check_system_access(sql: str) -> None:
-    """Raise ``ValueError`` when the query reaches the JVM or the job hosts' files (``SYSTEM_FUNCTIONS``,
-    a file path read as a table): a pipeline author could copy the job's environment or a host's
-    files into the output."""
+    """Raise ``ValueError`` when the query reaches the JVM, a program or files on the job's hosts, or a
+    table other than the records (``SYSTEM_FUNCTIONS``, ``TRANSFORM ... USING``, a qualified table
+    name such as a path read as a table or a catalog table): a pipeline author could copy the job's
+    environment, a host's files or other tables into the output. The early, friendly form of the
+    job's own check on Spark's plan (``job.reads``), which holds for spellings this one cannot see."""
     from sqlglot import exp
 
+    query = _query(sql)
     called = sorted(sql_functions(sql) & SYSTEM_FUNCTIONS)
-    tables = list(_query(sql).find_all(exp.Table))
-    files = sorted(f"{t.db}.`{t.name}`" for t in tables if t.db.lower() in FILE_SOURCES)
+    scripts = [f"TRANSFORM ... USING {t.args['command_script'].sql(dialect=DIALECT)}"
+               for t in query.find_all(exp.QueryTransform) if t.args.get("command_script") is not None]
+    tables = list(query.find_all(exp.Table))
+    files = sorted(_qualified_table(t) for t in tables if t.args.get("db") or t.args.get("catalog"))
     files += sorted(named for t in tables if (named := _identifier_table(t)))
     variables = sorted(set(VARIABLE.findall(sql)))
-    if called or files or variables:
-        what = ", ".join([f"{name}(...)" for name in called] + files + variables)
-        raise ValueError(f"reaches past the records into the JVM or the job hosts' files ({what}): such SQL can read "
-                         f"the job's environment and any file its user may read. Remove it, or set "
+    reaching = [f"{name}(...)" for name in called] + scripts + variables
+    parts = ([f"reaches past the records into the JVM or the job hosts' files ({', '.join(reaching)})"] if reaching
+             else []) + ([f"reads tables other than the view '{VIEW}' ({', '.join(files)})"] if files else [])
+    if parts:
+        raise ValueError(f"{'; '.join(parts)}: such SQL can read the job's environment, any file its user may read "
+                         f"and any table its Spark session can. Read only the view '{VIEW}', or set "
                          f"transform.allow_system_access: true if this pipeline's SQL is trusted")
+
+
+def _qualified_table(table: "exp.Table") -> str:
+    """A qualified table as written: ``text.`/etc/x```, ``global_temp.`v```, ``spark_catalog.default.`t```."""
+    return ".".join([*(p if re.fullmatch(r"\w+", p) else f"`{p}`" for p in (table.catalog, table.db) if p),
+                     f"`{table.name}`"])
 
 
 # Spark's variable substitution (``${env:NAME}``, ``${system:name}``, ``${spark.conf}``) would put the
@@ -140,8 +155,8 @@ VARIABLE = re.compile(r"\$\{[^}]*\}")
 
 
 def _identifier_table(table: "exp.Table") -> str | None:
-    """``IDENTIFIER('text.`/etc/hostname`')`` as a table is a path table too: named when its text is
-    a file source's path (or is not a literal at all, so nobody can tell)."""
+    """``IDENTIFIER('text.`/etc/hostname`')`` as a table is a qualified table too: named when its text
+    has a qualifier (or is not a literal at all, so nobody can tell)."""
     from sqlglot import exp
 
     func = table.this
@@ -150,8 +165,11 @@ def _identifier_table(table: "exp.Table") -> str | None:
     arg = func.expressions[0] if func.expressions else None
     if not (isinstance(arg, exp.Literal) and arg.is_string):
         return "IDENTIFIER(<an expression>)"
-    source = arg.this.split(".", 1)[0].strip("`").lower() if "." in arg.this else ""
-    return f"IDENTIFIER({arg.this!r})" if source in FILE_SOURCES else None
+    try:
+        parts = exp.to_table(arg.this, dialect=DIALECT)
+    except Exception:  # noqa: BLE001 - not a name sqlglot can read: Spark may still read it, so name it
+        return f"IDENTIFIER({arg.this!r})"
+    return f"IDENTIFIER({arg.this!r})" if parts.args.get("db") or parts.args.get("catalog") else None
 
 
 def nondeterministic_functions(sql: str) -> list[str]:

@@ -93,9 +93,11 @@ class TransformSettings(_Model):
     sql: str | None = Field(None, description="Spark SQL over the view 'records'")
     python: str | None = Field(None, description="dotted path 'module.function' taking and returning a DataFrame")
     allow_system_access: bool = Field(
-        False, description="let 'sql' call reflect/java_method, read files as tables (validation.SYSTEM_FUNCTIONS, "
-                           "IDENTIFIER over a path) or use Spark's ${env:...} substitution: such SQL can read the "
-                           "job's environment and its hosts' files")
+        False, description="let 'sql' call reflect/java_method, run TRANSFORM ... USING, read files or tables "
+                           "other than 'records' (validation.SYSTEM_FUNCTIONS, a qualified table name; the job's "
+                           "check on Spark's plan, job.reads, is off too) or use Spark's ${env:...} substitution: "
+                           "such SQL can read the job's environment, its hosts' files and any table its Spark "
+                           "session can")
 
     @field_validator("sql")
     @classmethod

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 
 from pyspark.sql import DataFrame, SparkSession
 
 from offsetbatch.errors import TransformAnalysisError
 from offsetbatch.formats import FORMATS
+from offsetbatch.job import reads
 from offsetbatch.job.session import is_remote_session
 from offsetbatch.jobspec import JobSpec
 
@@ -22,8 +24,11 @@ def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
         return getattr(importlib.import_module(module), func)(good)
     if not spec.transform_sql:
         return good
-    # ${env:NAME} would copy the job's environment into the output (issue 41, case 8)
-    spark.conf.set("spark.sql.variable.substitute", "true" if spec.transform_system_access else "false")
+    # ${env:NAME} would copy the job's environment into the output (issue 41, case 8); fmt.`path`, in
+    # any spelling of the source, a host's file (issue 58). Set here, after the pipeline's spark.conf.
+    allowed = "true" if spec.transform_system_access else "false"
+    spark.conf.set("spark.sql.variable.substitute", allowed)
+    spark.conf.set("spark.sql.runSQLOnFiles", allowed)
     if is_remote_session(spark):
         return _connect_sql(spark, spec.transform_sql, good)
     good.createOrReplaceTempView("records")
@@ -46,6 +51,8 @@ def _first_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0].rstrip(';') if text else ''}"
 
 
+ONLY_RECORDS = ("a transform reads only the view 'records' and the query's own values (VALUES, range()): no "
+                "catalog table, no other session's view, no path read as a table (fmt.`path`, in any spelling)")
 FIX = ("Nothing was read from Kafka. Fix {field} in the pipeline's config: the batch stays planned and the next run "
        "executes it unchanged.")
 
@@ -106,7 +113,8 @@ def analyzed_transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> D
     """The transform over the batch's good records, analyzed at once: a wrong column or function
     name (which config validation cannot see) fails in seconds, before Kafka is read, naming the
     pipeline, the batch and the transform. It is the batch's own plan that is analyzed (Spark reads
-    Kafka only when the write runs), so no second plan is built for the check."""
+    Kafka only when the write runs), so no second plan is built for the check. A SQL transform's
+    analyzed plan must then read only the records (``job.reads``), unless transform.allow_system_access."""
     if spec.transform_python:
         field, what = "transform.python", f"transform.python {spec.transform_python!r}"
     else:
@@ -117,10 +125,22 @@ def analyzed_transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> D
             raise TypeError(f"the transform returned {type(out).__name__}, not a DataFrame")
         out.schema  # noqa: B018 - forces analysis of the whole plan
     except Exception as exc:  # noqa: BLE001 - whatever Spark says about the transform, the user needs it
+        hint = (f" ({ONLY_RECORDS})" if spec.transform_sql and not spec.transform_system_access
+                and "TABLE_OR_VIEW_NOT_FOUND" in str(exc) else "")
         raise TransformAnalysisError(
             f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} fails analysis against the records' "
-            f"columns ({', '.join(good.columns)}): {_first_line(exc)}. {FIX.format(field=field)}") from exc
+            f"columns ({', '.join(good.columns)}): {_first_line(exc)}{hint}. {FIX.format(field=field)}") from exc
+    checked = ""
+    if spec.transform_sql and not spec.transform_system_access:
+        started = time.monotonic()
+        outside = reads.check(spark, out)
+        checked = f", reads only the records (checked in {(time.monotonic() - started) * 1000:.0f} ms)"
+        if outside is not None:
+            raise TransformAnalysisError(
+                f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} reads more than the records: "
+                f"{outside}. {ONLY_RECORDS}; remove the rest, or set transform.allow_system_access: true if "
+                f"this pipeline's SQL is trusted. {FIX.format(field=field)}")
     if spec.transform_sql or spec.transform_python:
-        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)", spec.pipeline, spec.batch_id, what,
-                 len(out.columns))
+        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)%s", spec.pipeline, spec.batch_id, what,
+                 len(out.columns), checked)
     return out

@@ -93,6 +93,19 @@ def test_defaults(tmp_path):
      "transform", "(IDENTIFIER('text.`/etc/hostname`'))"),
     ({"transform": {"sql": "SELECT id, '${OB_SECRET_JSON}' AS c FROM records"}}, "transform",
      "(${OB_SECRET_JSON})"),
+    # issue 58, item 1: any qualified table is not the records (the job's own check on Spark's plan
+    # refuses them whatever the spelling: tests/integration/spark/test_transform_reads.py)
+    *[({"transform": {"sql": f"SELECT r.id FROM records r CROSS JOIN {table} x"}}, "transform",
+       f"'sql' reads tables other than the view 'records' ({named})")
+      for table, named in [
+          ("`org.apache.spark.sql.execution.datasources.text.TextFileFormat`.`/etc/hostname`",
+           "`org.apache.spark.sql.execution.datasources.text.TextFileFormat`.`/etc/hostname`"),
+          ("image.`/var/images`", "image.`/var/images`"), ("libsvm.`/data/x.libsvm`", "libsvm.`/data/x.libsvm`"),
+          ("IDENTIFIER('image.`/var/images`')", "IDENTIFIER('image.`/var/images`')"),
+          ("binaryFile.`/etc/hostname`", "binaryFile.`/etc/hostname`"), ("global_temp.orders", "global_temp.`orders`"),
+          ("spark_catalog.default.orders", "spark_catalog.default.`orders`")]],
+    ({"transform": {"sql": "SELECT TRANSFORM(id) USING 'cat /etc/hostname' AS (h) FROM records"}}, "transform",
+     "'sql' reaches past the records into the JVM or the job hosts' files (TRANSFORM ... USING 'cat /etc/hostname')"),
     ({"sink": {"path": "/data/orders", "event_time_column": "created_at"}}, "(top level)",
      "sink.event_time_column 'created_at' is not a column of the output (its columns: kafka_topic, kafka_partition, "
      "kafka_offset, kafka_timestamp, kafka_key, kafka_headers, id, amount, tags)"),
