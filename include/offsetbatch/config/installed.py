@@ -16,6 +16,7 @@ from pathlib import Path
 
 from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_config
 from offsetbatch.errors import ConfigError
+from offsetbatch.storage.locations import bucket_of, is_s3
 
 ENV = "OFFSETBATCH_PIPELINES"
 
@@ -87,10 +88,43 @@ def read(value: str | None = None) -> Installed:
             errors.append(f"{path}: pipeline name '{cfg.name}' is already used by {good[cfg.name].source_file}; "
                           f"rename one of them (only the first is installed)")
             continue
+        clash = _bucket_clash(cfg, good.values())
+        if clash:
+            errors.append(f"{path}: {clash}")
+            continue
         good[cfg.name] = cfg
     configured = sources(value)
     missing = tuple(_missing(p) for p in configured if not p.exists()) if configured else (UNSET,)
     return Installed(good, tuple(errors), missing, stamp(value))
+
+
+def _object_store_buckets(cfg: PipelineConfig) -> set[str]:
+    """The buckets the pipeline's Spark job writes: its sink's location (an Iceberg warehouse too)."""
+    places = (cfg.sink.root, getattr(cfg.sink, "warehouse", None))
+    return {bucket_of(p) for p in places if p and is_s3(p)}
+
+
+def _bucket_clash(cfg: PipelineConfig, installed) -> str | None:
+    """A Spark Connect server keeps one S3A client per bucket, made with the credentials of the first
+    session that opened the bucket (Hadoop's FileSystem cache is per JVM, not per session; turning it
+    off leaks an AWS client and its threads per use), so two pipelines that reach one bucket on one
+    server with two storage connections would write with each other's keys. The later file is
+    refused, naming both (docs/architecture.md, *Pipelines sharing a Spark Connect server*)."""
+    server = cfg.spark.connect_conn_id
+    if server is None:
+        return None
+    for other in installed:
+        if other.spark.connect_conn_id != server or other.sink.storage_conn_id == cfg.sink.storage_conn_id:
+            continue
+        shared = sorted(_object_store_buckets(cfg) & _object_store_buckets(other))
+        if shared:
+            return (f"pipeline '{cfg.name}' writes bucket {shared[0]} with storage connection "
+                    f"'{cfg.sink.storage_conn_id}', and pipeline '{other.name}' ({other.source_file}) writes it with "
+                    f"'{other.sink.storage_conn_id}', both on the Spark Connect server of connection '{server}': the "
+                    f"server keeps one S3A client per bucket, made with the first session's credentials, so one "
+                    f"would write with the other's keys. Give both the same storage connection, or run one on a "
+                    f"Connect server of its own or with spark-submit (only '{other.name}' is installed)")
+    return None
 
 
 def load_all(value: str | None = None) -> dict[str, PipelineConfig]:

@@ -195,9 +195,7 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
     # Spark redacts data source options whose name or value matches this in plans, the UI and
     # event logs; its default ("url") misses the SASL login and an inline client key.
     spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
-    store = object_store_options(secrets)
-    # Hadoop's S3A reads the session's fs.* settings (Spark redacts the secret ones); the magic committer with them
-    for key, value in ({**store, **MAGIC_COMMITTER} if store else {}).items():
+    for key, value in session_settings(secrets).items():
         spark.conf.set(key, value)
     bind_object_store(secrets, [settings_for(spec.sink).root for spec in specs])
     manifests = []
@@ -208,6 +206,17 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
             _leave_error(spec, attempt, exc)
             raise
     return manifests
+
+
+def session_settings(secrets: dict[str, str]) -> dict[str, str]:
+    """The job session's object-store settings: its ``fs.*`` settings, which S3A reads from the
+    session (Spark redacts the secret ones), and the magic committer. On a Spark Connect server
+    shared by pipelines, Hadoop's one S3A client per bucket per JVM is made with the settings of
+    the first session that opened the bucket (docs/architecture.md, *Pipelines sharing a Spark
+    Connect server*): ``config.installed`` refuses pipelines that would reach one bucket with two
+    storage connections there."""
+    store = object_store_options(secrets)
+    return {**store, **MAGIC_COMMITTER} if store else {}
 
 
 def object_store_options(secrets: dict[str, str]) -> dict[str, str]:
