@@ -6,7 +6,9 @@ Spark session; the suite's in-process one is classic): A runs the job's session 
 (``job.run.session_settings`` with an object store's keys, as ``run_batches`` does) and writes to
 its bucket on a real S3 API (S3Proxy); B is another pipeline's session, with no keys or with keys
 of its own. B tries what a pipeline can try: ``spark.conf.get`` of A's keys, ``SET``/``SET -v``,
-Spark SQL's ``${...}`` variable substitution; A's session settings must not change B's.
+Spark SQL's ``${...}`` variable substitution; A's session settings must not change B's; A's key is
+not in the server's log. (The suite's server runs without its UI, so its environment tab is not
+read here; a session's settings are not SparkConf entries, which is all that tab lists.)
 
 What the server does not isolate is shown too: Hadoop keeps one S3A client per bucket per JVM, made
 with the first session's keys, and serves it to every session that opens the bucket. Turning that
@@ -85,6 +87,7 @@ def test_another_pipelines_session_cannot_read_a_sessions_settings_but_shares_it
     assert seen["b_set_v"] == []
     # Spark substitutes a key that looks secret as "*********(redacted)", set or not; A's endpoint is not B's
     assert seen["b_substitution"] == ["*********(redacted)", ""] and secret not in json.dumps(seen)
+    assert secret not in spark_connect_server.log_file.read_text(errors="replace")  # nor in the server's log
     assert seen["b_shuffle_partitions"] != "7"  # A's session settings do not change B's
     # the server-wide part: B's own (wrong) keys, or none, are not used for a bucket A's session opened
     assert (seen["no keys"], seen["keys of its own"]) == (5, 5), seen
