@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
-from offsetbatch.errors import ConfigError, OffsetbatchError
+from offsetbatch.errors import ConfigError, SparkConnectServerError
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +35,6 @@ ANSWER_TIMEOUT_S = 30.0
 PROBE_EVERY_S = 1.0
 DEFAULT_PORT = 15002
 LOCAL_FIX = "offsetbatch-stack spark-connect start"
-
-
-class SparkConnectServerError(OffsetbatchError):
-    """The Spark Connect server did not answer, or went away while the job ran (a retry may find it back)."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +84,9 @@ class ConnectServer:
             return "refused the connection: nothing listens there"
         except OSError as exc:
             return f"could not be reached ({exc.strerror or type(exc).__name__})"
-        channel = DefaultChannelBuilder(self.url).toChannel()
+        # A connection of its own: gRPC would otherwise hand this channel the job's connection (its
+        # global subchannel pool), which a stopped server keeps open until keepalive gives up (minutes).
+        channel = DefaultChannelBuilder(self.url, [("grpc.use_local_subchannel_pool", 1)]).toChannel()
         try:
             grpc.channel_ready_future(channel).result(timeout=timeout)
             return None
