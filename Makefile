@@ -17,7 +17,7 @@ help:
 	@echo "make bench-growth  a ledger grown to 100,000 batches and each sink to 2,880, with maintenance (issue 43; about 25 min): docs/benchmarks.md"
 	@echo "make bench-cluster  the job on a Spark standalone cluster vs local[*], planning at 10,000 partitions (about 15 min)"
 	@echo "make setup   install only (idempotent)"
-	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker and PostgreSQL"
+	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker, PostgreSQL and Spark Connect server"
 
 setup:
 	@scripts/setup.sh
@@ -54,10 +54,10 @@ test-unit: setup
 	@. scripts/env.sh && pytest -q tests/unit
 
 stack-up: setup
-	@. scripts/env.sh && offsetbatch-stack kafka start && offsetbatch-stack postgres start
+	@. scripts/env.sh && offsetbatch-stack kafka start && offsetbatch-stack postgres start && offsetbatch-stack spark-connect start
 
 stack-down:
-	@. scripts/env.sh && offsetbatch-stack kafka stop; offsetbatch-stack postgres stop
+	@. scripts/env.sh && offsetbatch-stack spark-connect stop; offsetbatch-stack kafka stop; offsetbatch-stack postgres stop
 
 stack-wipe:
-	@. scripts/env.sh && offsetbatch-stack kafka wipe; offsetbatch-stack postgres wipe
+	@. scripts/env.sh && offsetbatch-stack spark-connect wipe; offsetbatch-stack kafka wipe; offsetbatch-stack postgres wipe

@@ -7,6 +7,7 @@ export PATH="$OFFSETBATCH_ROOT/.venv/bin:$PATH"
 export OFFSETBATCH_HOME="${OFFSETBATCH_HOME:-$OFFSETBATCH_ROOT/.local}"
 export KAFKA_PORT="${KAFKA_PORT:-9092}"
 export PG_PORT="${PG_PORT:-54329}"
+export SPARK_CONNECT_PORT="${SPARK_CONNECT_PORT:-15002}"
 
 # Airflow: home, DAGs and plugins of this project, SQLite metadata, no examples.
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$OFFSETBATCH_HOME/airflow}"
@@ -28,6 +29,11 @@ if [ -z "${AIRFLOW_CONN_KAFKA_DEFAULT:-}" ]; then
 fi
 if [ -z "${AIRFLOW_CONN_SPARK_DEFAULT:-}" ]; then
   export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type":"spark","host":"local[*]","extra":{"deploy-mode":"client"}}'
+fi
+# The Spark Connect server pipelines run their job on unless spark.runner is spark-submit
+# (offsetbatch-stack spark-connect start; make stack-up and make demo start it).
+if [ -z "${AIRFLOW_CONN_SPARK_CONNECT_DEFAULT:-}" ]; then
+  export AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='{"conn_type":"spark_connect","host":"127.0.0.1","port":'"$SPARK_CONNECT_PORT"'}'
 fi
 if [ -z "${AIRFLOW_CONN_OFFSETBATCH_LEDGER:-}" ]; then
   export AIRFLOW_CONN_OFFSETBATCH_LEDGER='{"conn_type":"sqlite","host":"'"$OFFSETBATCH_HOME"'/ledger.db"}'

@@ -127,7 +127,9 @@ def airflow_env(test_state, kafka_broker, postgres):
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.create_database("airflow_tests"),
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_broker.bootstrap}}),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]", "extra": {"deploy-mode": "client"}}),
-        # The shared Connect server of the modules marked spark_connect (started when one needs it).
+        # The shared Connect server of the modules marked spark_connect (started when one needs it), as
+        # the default runner's connection: every pipeline the harness writes names its runner, and
+        # one that does not (a bundled sample) runs there as it would on the local stack's.
         f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
                                                                 "port": TEST_CONNECT_PORT}),
         "OFFSETBATCH_HOME": str(test_state),
@@ -168,8 +170,8 @@ def make_pipeline(airflow_env, kafka_broker, test_state, request):
         request.getfixturevalue("spark_connect_server")
 
     def make(suffix: str = "", ledger_url: str | None = None, **overrides):
-        if on_connect:
-            overrides = {**overrides, "spark": {"connect_conn_id": CONNECT_CONN_ID, **overrides.get("spark", {})}}
+        if on_connect:  # the default connection (CONNECT_CONN_ID), named by no pipeline
+            overrides = {**overrides, "spark": {"runner": "connect", **overrides.get("spark", {})}}
         base = re.sub(r"[^a-z0-9_]", "_", request.node.name.lower())[:40]
         name = f"{base}{suffix}"
         root = test_state / "pipelines" / name

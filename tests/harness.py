@@ -1,6 +1,7 @@
 """A pipeline under test: its YAML config, a thin DAG file, its topic, ledger and table, and
 helpers to produce records and run real Airflow DAG runs (real broker; Spark via spark-submit, or on
-the suite's Spark Connect server in modules marked ``spark_connect``)."""
+the suite's Spark Connect server in modules marked ``spark_connect``). Every config it writes names
+its ``spark.runner``: the default runner (connect) never turns a spark-submit test into another one."""
 
 from __future__ import annotations
 
@@ -96,8 +97,9 @@ def worker_port(base: int) -> int:
     each worker runs its own broker, PostgreSQL and Airflow servers (``make test`` runs two)."""
     return base + 1000 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 # The Airflow connection of the suite's shared Spark Connect server (conftest.spark_connect_server),
-# which the pipelines of modules marked ``spark_connect`` run their jobs on.
-CONNECT_CONN_ID = "spark_connect_tests"
+# which the pipelines of modules marked ``spark_connect`` run their jobs on: the connection a
+# pipeline on the default runner uses, so those pipelines leave connect_conn_id unset.
+CONNECT_CONN_ID = "spark_connect_default"
 SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE"
 # Small batches on 2 cores: few shuffle partitions, and only the JVM's quick (C1) compiler, whose
 # code is ready sooner than the optimizing one's for jobs of a few seconds (not a production setting:
@@ -147,6 +149,8 @@ class Pipeline:
         }
         for key, value in self.overrides.items():
             cfg[key] = {**cfg[key], **value} if isinstance(cfg.get(key), dict) else value
+        if isinstance(cfg.get("spark"), dict) and "runner" not in cfg["spark"]:
+            cfg["spark"]["runner"] = "connect" if cfg["spark"].get("connect_conn_id") else "spark-submit"
         self.config_path = self.root / f"{self.name}.yaml"
         self.config_path.write_text(yaml.safe_dump(cfg))
         self.dag_file = Path(self.env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{self.name}.py"

@@ -180,3 +180,8 @@ class SchemaIncompatibleError(PipelineError):
 class SchemaRegistryUnavailableError(OffsetbatchError):
     """The schema registry did not answer (refused, timed out) or failed (HTTP 5xx, 408, 429): a retry
     may succeed once it is back."""
+
+
+class SparkConnectServerError(OffsetbatchError):
+    """The Spark Connect server a job runs on did not answer, or went away while the job ran: the
+    run fails naming it, and a retry may find it back (``dag.connect_server``)."""

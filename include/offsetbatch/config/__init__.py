@@ -140,14 +140,64 @@ class TransformSettings(_Model):
         return data
 
 
+# The Airflow connection of the Spark Connect server pipelines run on by default: the local stack's
+# (scripts/env.sh: offsetbatch-stack spark-connect on 127.0.0.1) or the container stack's.
+DEFAULT_CONNECT_CONN_ID = "spark_connect_default"
+
+
+def spark_runs_at_driver_start(key: str) -> bool:
+    """A ``spark.conf`` key a Spark Connect session cannot take: it applies when a driver starts
+    (memory, JVM options, jars, the UI), so only a JVM of the job's own honours it."""
+    return not key.startswith("spark.sql.")
+
+
+def _implied_runner(spark: dict) -> str:
+    """The runner of a ``spark:`` block that does not name one. spark-submit where the block says so
+    as YAMLs written before runners did: a ``connect_conn_id`` given empty (documented as "empty
+    means spark-submit"; ``${OFFSETBATCH_SPARK_CONNECT:-}`` where that variable is unset), the
+    spark-submit connection ``conn_id`` named, or a ``conf`` setting that applies when a driver
+    starts. Otherwise, and with a ``connect_conn_id``, the Spark Connect server."""
+    if spark.get("connect_conn_id"):
+        return "connect"
+    if "connect_conn_id" in spark or "conn_id" in spark:
+        return "spark-submit"
+    if any(spark_runs_at_driver_start(str(k)) for k in spark.get("conf") or {}):
+        return "spark-submit"
+    return "connect"
+
+
 class SparkSettings(_Model):
-    conn_id: str = Field("spark_default", description="Airflow Spark connection spark-submit runs the job with")
+    runner: Literal["connect", "spark-submit"] = Field(
+        "connect", description="where the job runs: 'connect', a session on the long-running Spark Connect server "
+        "of connect_conn_id (no JVM start per run); 'spark-submit', a driver of its own through conn_id (clusters, "
+        "YARN, driver memory or JVM options of its own). Unset: spark-submit when conn_id is named, connect_conn_id "
+        "is empty or conf holds a setting that applies when a driver starts (not spark.sql.*), else connect")
+    conn_id: str = Field("spark_default", description="Airflow Spark connection spark-submit runs the job with "
+                         "(runner spark-submit); naming it without a runner chooses spark-submit")
     connect_conn_id: str | None = Field(
-        None, description="an Airflow spark_connect connection: run the job on that long-running Spark Connect "
-        "server instead (no JVM start per run); spark-submit through conn_id when unset")
+        None, description=f"Airflow spark_connect connection of the Spark Connect server (runner connect; default "
+        f"{DEFAULT_CONNECT_CONN_ID}); given empty without a runner, spark-submit")
     conf: dict[str, str] = Field(default_factory=dict, description="Spark settings of the job; secrets are refused "
                                  "(they belong in the pipeline's connections, which reach the job in a private file)")
     records_per_task: int = Field(2_000_000, gt=0, description="ranges larger than this are split across Spark tasks")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_runner(cls, data):
+        """``runner`` and ``connect_conn_id`` as the job will use them: one place decides."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if data.get("runner") is None:
+            data["runner"] = _implied_runner(data)
+        if data["runner"] == "spark-submit":
+            if data.get("connect_conn_id"):
+                raise ValueError(f"runner is 'spark-submit' but connect_conn_id names a Spark Connect server "
+                                 f"({data['connect_conn_id']!r}): remove one of them")
+            data["connect_conn_id"] = None
+        elif data["runner"] == "connect":
+            data["connect_conn_id"] = data.get("connect_conn_id") or DEFAULT_CONNECT_CONN_ID
+        return data
 
     @field_validator("conf")
     @classmethod
@@ -165,12 +215,9 @@ class SparkSettings(_Model):
                              f"hadoop.security.credential.provider.path), never in the pipeline's YAML")
         return conf
 
-    @field_validator("connect_conn_id", mode="before")
-    @classmethod
-    def _unset_when_empty(cls, value: object) -> object:
-        """``connect_conn_id: ${VAR:-}`` lets one file run on Spark Connect where VAR is set (the
-        container stack) and with spark-submit elsewhere."""
-        return None if value == "" else value
+    @property
+    def on_connect(self) -> bool:
+        return self.runner == "connect"
 
 
 class LagTriggerSettings(_Model):

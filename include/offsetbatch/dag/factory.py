@@ -48,13 +48,20 @@ def _doc(pipeline: Pipeline, target: str, asset_uri: str) -> str:
         f"(`{redact.url(cfg.ledger.url or cfg.ledger.conn_id or '')}`), not by a consumer group; progress is published to "
         f"group `{cfg.group_id}` for lag tools.\n\n"
         f"Tasks: **plan** (ranges from the frontier) → **spark_job** (reads exactly those ranges) → "
-        f"**commit** (manifest check, ledger transaction, publish). Every task is idempotent per run: "
+        f"**commit** (manifest check, ledger transaction, publish). {_runner_doc(cfg)} Every task is idempotent per run: "
         f"clearing a run re-reads the same ranges and replaces their output.\n\n"
         f"**Trigger** with `mode`: `next` (default), `replay` (a window or batch ids: re-executes recorded "
         f"batches, replacing their output), `reset` (moves the frontier; dry run unless `dry_run` is off). "
         f"**Backfill** re-executes the batches of covered intervals and loads never-read history; it refuses "
         f"intervals after the frontier.\n\nConfig: `{cfg.source_file}`"
     )
+
+
+def _runner_doc(cfg) -> str:
+    if cfg.spark.on_connect:
+        return (f"The Spark job runs on the Spark Connect server of connection `{cfg.spark.connect_conn_id}` "
+                f"(`spark.runner: connect`).")
+    return f"The Spark job runs with spark-submit through connection `{cfg.spark.conn_id}` (`spark.runner: spark-submit`)."
 
 
 def pipeline_dags(sources: str | None = None) -> dict:
@@ -183,7 +190,7 @@ def _build(pipeline: Pipeline, path: Path):
         },
     )
     def offsetbatch_pipeline():
-        if cfg.spark.connect_conn_id:
+        if cfg.spark.on_connect:
             spark_job = BatchSparkConnectOperator(task_id="spark_job", config_path=cfg_path,
                                                   conn_id=cfg.spark.connect_conn_id, conf=dict(cfg.spark.conf))
         else:

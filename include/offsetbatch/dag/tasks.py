@@ -26,7 +26,7 @@ from offsetbatch.commit import ownership
 from offsetbatch.commit.protocol import commit_batch
 from offsetbatch.commit.publication import publish_pending
 from offsetbatch.dag.asset_partitions import partition_keys
-from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError
+from offsetbatch.errors import KafkaAuthError, KafkaConnectionError, KafkaUnreachableError, SparkConnectServerError
 from offsetbatch.ledger import Ledger
 from offsetbatch.model import Batch
 from offsetbatch.pipeline import Pipeline
@@ -214,7 +214,10 @@ def spark_failure(pipeline: Pipeline, submission: SparkSubmission, error: BaseEx
                       if sig in signal.valid_signals() else f"spark-submit ended by signal {sig}")
     elif code:
         causes.append(f"spark-submit exited with code {code.group(1)}")
-    for b in submission.batches:
+    lost_server = isinstance(error, SparkConnectServerError)  # then the job's last error is only its cut-off call
+    if lost_server:
+        causes.append(str(error))
+    for b in submission.batches if not lost_server else ():
         uri = sink.staging.job_error(b.batch_id, submission.attempt)
         if storage.exists(uri):
             causes.append(f"the job's last error: {storage.read_json(uri).get('error', '?')}")

@@ -1,12 +1,23 @@
-"""The spark_job task on a long-running Spark Connect server (``spark.connect_conn_id``): hourly
-runs land every record exactly once without a spark-submit, and a spark_job task killed mid-write
-(the Connect client; the server lives on) is re-run to exactly once (issue 18)."""
+"""The spark_job task on a long-running Spark Connect server (``spark.runner: connect``, the
+default): hourly runs land every record exactly once without a spark-submit, and a spark_job task
+killed mid-write (the Connect client; the server lives on) is re-run to exactly once (issue 18).
+The server's own failures (issue 53): killed or stopped mid-job, or never answering, the task fails
+naming it within the connection's answer_timeout, and the retry reads the same ranges once."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import socket
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from harness import worker_port
+
+from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark_connect]
 BASE = datetime(2026, 11, 1, tzinfo=timezone.utc)
@@ -36,3 +47,112 @@ def test_runs_on_spark_connect_land_exactly_once_through_a_killed_task(make_pipe
     report = p.check()
     assert report.ok, report.summary()
     assert report.rejected_found == len(produced.malformed) > 0
+
+
+# The server under fault: its own, so that killing it costs the other tests nothing. Its connection
+# answers within 5 s or the task gives up on it (the extra 'answer_timeout'; 30 s by default).
+OWN_CONN = "spark_connect_own"
+ANSWER_TIMEOUT_S = 5
+
+
+def _own_connection(host_port: tuple[str, int]) -> dict[str, str]:
+    return {f"AIRFLOW_CONN_{OWN_CONN.upper()}": json.dumps(
+        {"conn_type": "spark_connect", "host": host_port[0], "port": host_port[1],
+         "extra": {"answer_timeout": ANSWER_TIMEOUT_S}})}
+
+
+@pytest.fixture(scope="module")
+def own_connect_server(test_state):
+    from offsetbatch.dag.spark_jars import spark_connector_jars
+
+    server = SparkConnectServer(port=worker_port(15302), master="local[2]", home=test_state / "spark-connect-own",
+                                jars=spark_connector_jars(), conf={"spark.sql.shuffle.partitions": "2"})
+    server.start()
+    yield server
+    if server.pid():
+        os.kill(server.pid(), signal.SIGCONT)  # a stopped JVM ignores SIGTERM until continued
+    server.stop()
+
+
+def _signal_when_writing(p, pid: int, sig: int, sent: list[float]) -> threading.Thread:
+    """Send ``sig`` to the server ``pid`` as soon as the job's first data file is being written
+    (a task's file under the committer's _temporary/ folder in the batch's staging)."""
+    def watch() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            for folder, _, names in os.walk(p.table):
+                if "/_temporary/" in folder and any(n.startswith("part-") for n in names):
+                    os.kill(pid, sig)
+                    sent.append(time.monotonic())
+                    return
+            time.sleep(0.005)
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_a_server_lost_mid_job_fails_the_task_naming_it_and_the_retry_reads_the_same_ranges_once(
+        make_pipeline, own_connect_server, sig):
+    """The Connect server SIGKILLed (or SIGSTOPped: it accepts connections and never answers) while
+    the job writes: the task fails within the connection's answer_timeout with one line naming the
+    server, the pipeline, the batch and its ranges, not after the client's 10 minutes of retries or
+    a hang. Nothing is committed; the retry, once the server is back (restarted, or continued: its
+    orphaned write may even finish, into an attempt folder no commit reads), reads the same ranges
+    and lands every record once."""
+    p = make_pipeline(f"_{signal.Signals(sig).name.lower()}",
+                      spark={"connect_conn_id": OWN_CONN, "conf": {"spark.sql.shuffle.partitions": "2"}})
+    p.env = {**p.env, **_own_connection(("127.0.0.1", own_connect_server.port))}
+    produced = p.produce(20_000, start=BASE, hours=1, partitions=2)
+
+    sent: list[float] = []
+    watcher = _signal_when_writing(p, own_connect_server.pid(), sig, sent)
+    failed = p.run(BASE)
+    watcher.join(timeout=5)
+    assert sent, "the job finished before its first data file could be caught being written"
+    took = time.monotonic() - sent[0]
+    failed.assert_failed_with(f"the Spark Connect server 127.0.0.1:{own_connect_server.port} (Airflow connection "
+                              f"{OWN_CONN})")
+    assert f"pipeline {p.name} batch(es) 1 attempt" in failed.output and "offsetbatch-stack spark-connect" in failed.output
+    assert took < ANSWER_TIMEOUT_S + 20, f"the task took {took:.0f}s after the server was lost"
+    [planned] = p.ledger.list_batches(p.name)
+    assert planned.status == "planned"
+
+    if sig == signal.SIGKILL:
+        own_connect_server.stop()  # the stale pid file of the killed JVM
+        own_connect_server.start()
+    else:
+        os.kill(own_connect_server.pid(), signal.SIGCONT)
+    retry = p.run(BASE, run_after=failed.run_after)  # the same Airflow run, its failed task cleared
+    assert retry.ok, retry.output[-4000:]
+
+    [batch] = p.ledger.list_batches(p.name)
+    assert batch.status == "committed" and batch.describe_ranges() == planned.describe_ranges()
+    report = p.check()  # record by record: every produced id once, every malformed offset rejected once
+    assert report.ok, report.summary()
+    assert report.rejected_found == len(produced.malformed) > 0
+
+
+@pytest.mark.parametrize("answer", ["silent", "refused"])
+def test_a_server_that_does_not_answer_fails_the_task_naming_it_within_its_answer_timeout(make_pipeline, answer):
+    """A connection to a port that accepts and never answers (a listening socket that never
+    replies), or that nothing listens on: the task fails naming the server within answer_timeout,
+    before the job starts; the batch stays planned for a retry."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # the kernel completes each handshake; nothing ever reads or writes
+        port = silent.getsockname()[1]
+        if answer == "refused":
+            silent.close()
+        p = make_pipeline(f"_{answer}", spark={"connect_conn_id": OWN_CONN})
+        p.env = {**p.env, **_own_connection(("127.0.0.1", port))}
+        p.produce(200, start=BASE, hours=1, partitions=2)
+        t0 = time.monotonic()
+        failed = p.run(BASE)
+        took = time.monotonic() - t0
+    failed.assert_failed_with(f"the Spark Connect server 127.0.0.1:{port} (Airflow connection {OWN_CONN}) "
+                              + ("accepted the connection but did not answer within 5s" if answer == "silent"
+                                 else "refused the connection"))
+    assert f"pipeline {p.name} batch(es) 1 attempt" in failed.output
+    assert took < ANSWER_TIMEOUT_S + 30, f"the whole run took {took:.0f}s"
+    assert [b.status for b in p.ledger.list_batches(p.name)] == ["planned"]

@@ -119,6 +119,9 @@ def test_defaults(tmp_path):
      "(top level)", "sink.dead_letter_topic 'orders' is a topic this pipeline reads"),
     ({"sink": {"type": "kafka", "path": "/data/staging", "topic": "clean", "dead_letter_topic": "clean"}},
      "(top level)", "sink.dead_letter_topic is sink.topic ('clean')"),
+    ({"spark": {"runner": "yarn"}}, "spark.runner", "Input should be 'connect' or 'spark-submit'"),
+    ({"spark": {"runner": "spark-submit", "connect_conn_id": "spark_connect_prod"}}, "spark",
+     "runner is 'spark-submit' but connect_conn_id names a Spark Connect server ('spark_connect_prod')"),
     ({"name": "Bad-Name"}, "name", "should match pattern"),
     ({"colour": "blue"}, "colour", "Extra inputs are not permitted"),
     # issue 58, item 5: each names the field and the fix
@@ -318,3 +321,31 @@ def test_a_ledger_url_names_the_wrong_part_and_the_supported_forms_without_its_p
     with pytest.raises(ConfigError) as err:
         load_config(_write(tmp_path, {**GOOD, "ledger": {"url": url}}))
     assert says in str(err.value) and "field 'ledger" in str(err.value) and "S3cr3tPw" not in str(err.value)
+
+
+@pytest.mark.parametrize("spark, runner, connect_conn_id", [
+    ({}, "connect", "spark_connect_default"),  # the fast path is the default
+    ({"conf": {"spark.sql.shuffle.partitions": "4"}}, "connect", "spark_connect_default"),
+    ({"connect_conn_id": "spark_connect_prod"}, "connect", "spark_connect_prod"),
+    ({"runner": "connect", "conf": {"spark.driver.memory": "4g"}}, "connect", "spark_connect_default"),
+    ({"runner": "spark-submit"}, "spark-submit", None),
+    # what YAMLs written before spark.runner existed say, and keep meaning: spark-submit
+    ({"conn_id": "spark_default"}, "spark-submit", None),
+    ({"conn_id": "spark_cluster", "conf": {"spark.sql.shuffle.partitions": "4"}}, "spark-submit", None),
+    ({"connect_conn_id": ""}, "spark-submit", None),  # ${OFFSETBATCH_SPARK_CONNECT:-} unset: "empty means spark-submit"
+    ({"conn_id": "spark_default", "connect_conn_id": "spark_connect_default"}, "connect", "spark_connect_default"),
+    ({"conf": {"spark.driver.memory": "4g"}}, "spark-submit", None),  # only a driver of its own honours it
+])
+def test_the_spark_runner_is_connect_unless_the_config_says_spark_submit(tmp_path, spark, runner, connect_conn_id):
+    cfg = load_config(_write(tmp_path, {**GOOD, "spark": spark}))
+    assert (cfg.spark.runner, cfg.spark.connect_conn_id) == (runner, connect_conn_id)
+    assert cfg.spark.on_connect == (runner == "connect")
+
+
+def test_the_dag_runs_the_job_where_the_runner_says(tmp_path):
+    from offsetbatch.dag.factory import pipeline_dag
+
+    for spark, operator in (({}, "BatchSparkConnectOperator"), ({"runner": "spark-submit"}, "BatchSparkSubmitOperator")):
+        dag = pipeline_dag(_write(tmp_path, {**GOOD, "spark": spark}))
+        assert type(dag.get_task("spark_job")).__name__ == operator
+        assert ("Spark Connect server of connection `spark_connect_default`" in dag.doc_md) == (spark == {})

@@ -4,9 +4,12 @@ The task runs the job's own code (``offsetbatch.job.run.run_batches``) in its pr
 as a Spark Connect client: the server (``offsetbatch-stack spark-connect start``, or any Spark
 Connect endpoint with Spark's Kafka connector on its classpath) already has a JVM, a driver and warm
 code, so a run starts no JVM. The Kafka secrets stay in this process's memory: they reach the
-server as the read's options, which Spark redacts in plans, the UI and logs. Chosen per pipeline
-with ``spark.connect_conn_id`` (an Airflow connection of type ``spark_connect``, the Spark
-provider's); ``spark-submit`` stays the default and is what runs on clusters without Connect.
+server as the read's options, which Spark redacts in plans, the UI and logs. The default runner
+(``spark.runner: connect``), on the server of ``spark.connect_conn_id`` (an Airflow connection of
+type ``spark_connect``, the Spark provider's; ``spark_connect_default`` unless named);
+``spark.runner: spark-submit`` is ``BatchSparkSubmitOperator``. A server that does not answer, or
+goes away mid-job, fails the task naming it within the connection's ``answer_timeout``
+(``dag.connect_server``), never a hang.
 """
 
 from __future__ import annotations
@@ -39,26 +42,32 @@ class BatchSparkConnectOperator(BatchLineage, BaseOperator):
         self.plan_task_id = plan_task_id
 
     def execute(self, context: Any) -> str:
-        from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
         from pyspark.sql import SparkSession
 
+        from offsetbatch.config import spark_runs_at_driver_start
+        from offsetbatch.dag.connect_server import ConnectServer, watched
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare
+        from offsetbatch.dag.retry_policy import fail_without_retry
         from offsetbatch.job.run import SQL_DEFAULTS, run_batches
         from offsetbatch.jobspec import JobSpec
 
         self.remember_plan(context)
+        with fail_without_retry():  # an undefined connection or a bad extra: no retry fixes it
+            server = ConnectServer.from_connection(self.conn_id)
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
-        url = SparkConnectHook(self.conn_id).get_connection_url()
         with failure_explained(pipeline, submission, self.log):
-            spark = SparkSession.builder.remote(url).create()  # a session of its own: temp views, conf
+            server.check()  # a server that is down or silent fails here, within its answer_timeout
+            spark = SparkSession.builder.remote(server.url).create()  # a session of its own: temp views, conf
             try:
-                for key, value in {**SQL_DEFAULTS, **self.conf}.items():  # the pipeline's own win
-                    if key.startswith("spark.sql."):
-                        spark.conf.set(key, value)
-                    else:
-                        self.log.warning("pipeline %s: spark.conf %s applies when a Spark driver starts, not to a "
-                                         "Spark Connect session: set it on the server", pipeline.name, key)
-                run_batches(spark, [JobSpec.load(u) for u in submission.spec_uris], submission.attempt, secrets)
+                with watched(server, spark):
+                    for key, value in {**SQL_DEFAULTS, **self.conf}.items():  # the pipeline's own win
+                        if not spark_runs_at_driver_start(key):
+                            spark.conf.set(key, value)
+                        else:
+                            self.log.warning("pipeline %s: spark.conf %s applies when a Spark driver starts, not to "
+                                             "a Spark Connect session: set it on the server, or set spark.runner: "
+                                             "spark-submit", pipeline.name, key)
+                    run_batches(spark, [JobSpec.load(u) for u in submission.spec_uris], submission.attempt, secrets)
             finally:
                 spark.stop()  # the session, not the server
         return submission.attempt

@@ -231,7 +231,8 @@ def whole_dag_run(ds: Dataset, env: dict, work: Path, rep: int, driver_memory: s
            "value": {"format": "json", "schema": SCHEMA, "required": REQUIRED},
            "transform": {"sql": TRANSFORM}, "sink": {"path": str(root / "table"), **(sink or {"event_time_column": "event_time"})},
            "ledger": {"url": f"sqlite:///{root}/ledger.db"},
-           "spark": {"conf": spark_conf(driver_memory), **({"connect_conn_id": connect_conn_id} if connect_conn_id else {})},
+           "spark": {"conf": spark_conf(driver_memory), **({"connect_conn_id": connect_conn_id} if connect_conn_id
+                                                             else {"runner": "spark-submit"})},
            "airflow": {"retries": 0}}
     config = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "bench.yaml"
     config.write_text(yaml.safe_dump(cfg))

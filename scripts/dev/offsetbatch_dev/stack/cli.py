@@ -5,6 +5,7 @@
     offsetbatch-stack postgres start|stop|status|wipe [--port 54329]
     offsetbatch-stack spark start|stop|status|wipe [--workers 1] [--cores 2] [--memory 2g] [--port 7077] [--ui-port 8180]
     offsetbatch-stack spark-connect start|stop|status|wipe [--port 15002] [--master local[*]] [--jars a.jar,b.jar]
+                                                 the server pipelines run their job on (spark.runner: connect)
     offsetbatch-stack s3 start|stop|status [--port 19500] [--bucket NAME ...] [--backend transient|filesystem]
 
 Every server binds 127.0.0.1 only, keeps its state under OFFSETBATCH_HOME (default .local/), and
@@ -222,10 +223,22 @@ def _spark(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spark_connect(args: argparse.Namespace) -> int:
-    from offsetbatch.dag.spark_jars import spark_connector_jars
+def _server_jars(extra: str) -> list[str]:
+    """What the default runner's jobs need on the server's classpath: the Kafka connector (with the
+    Avro formats' jars) and, once fetched, S3A for sinks on an S3 API; then ``--jars``."""
+    from offsetbatch.dag.spark_jars import spark_connector_jars, spark_s3a_jars
 
-    jars = spark_connector_jars() + [j for j in args.jars.split(",") if j] if args.action == "start" else []
+    try:
+        s3a = spark_s3a_jars()
+    except artifacts.ArtifactError:
+        print("note: Hadoop's S3A jars are not fetched ('offsetbatch-stack fetch'): sinks on S3 cannot run on this "
+              "server", file=sys.stderr)
+        s3a = []
+    return spark_connector_jars() + s3a + [j for j in extra.split(",") if j]
+
+
+def _spark_connect(args: argparse.Namespace) -> int:
+    jars = _server_jars(args.jars) if args.action == "start" else []
     server = SparkConnectServer(port=args.port, master=args.master, jars=jars, driver_memory=args.driver_memory)
     if args.action == "start":
         running = server.pid() is not None
