@@ -42,7 +42,10 @@ def test_dag_shape(bag):
         plan, spark, commit = (dag.get_task(t) for t in ("plan", "spark_job", "commit"))
         assert plan.downstream_task_ids == {"spark_job"} and spark.downstream_task_ids == {"commit"}
         assert {t.pool for t in dag.tasks} == {cfg.pool}
-        assert type(spark).__name__ == "BatchSparkSubmitOperator" and spark._conn_id == cfg.spark.conn_id
+        if cfg.spark.on_connect:  # the default: the stack's Spark Connect server
+            assert type(spark).__name__ == "BatchSparkConnectOperator" and spark.conn_id == cfg.spark.connect_conn_id
+        else:
+            assert type(spark).__name__ == "BatchSparkSubmitOperator" and spark._conn_id == cfg.spark.conn_id
         assert commit.outlets and commit.outlets[0].uri.endswith(cfg.sink.path)
 
 

@@ -14,7 +14,7 @@ from offsetbatch.config import installed
 def _pipeline(folder, name: str, bucket: str, storage: str, connect: str | None) -> None:
     doc = {"name": name, "kafka": {"topics": [name]},
            "sink": {"path": f"s3a://{bucket}/tables/{name}", "storage_conn_id": storage},
-           "spark": {"connect_conn_id": connect} if connect else {}}
+           "spark": {"connect_conn_id": connect} if connect else {"runner": "spark-submit"}}
     (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
 
 

@@ -37,7 +37,8 @@ ORDINARY = ("spark.sql.shuffle.partitions", "7")
 def _config(tmp_path, ledger: str, conf: dict[str, str]) -> str:
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": ["t"]}, "sink": {"path": str(tmp_path / "t")},
-                                    "ledger": {"url": ledger}, "spark": {"conf": conf}}))
+                                    "ledger": {"url": ledger},
+                                    "spark": {"runner": "spark-submit", "conf": conf}}))  # argv is the subject
     return str(path)
 
 
