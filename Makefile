@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-.PHONY: help setup demo test test-unit test-deploy deploy-up deploy-down bench bench-ui bench-cluster stack-up stack-down stack-wipe
+.PHONY: help setup demo test test-unit test-deploy deploy-up deploy-down bench bench-ui bench-fleet bench-cluster stack-up stack-down stack-wipe
 
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
@@ -15,6 +15,7 @@ help:
 	@echo "make bench   benchmarks (about 60 min, on a quiet machine): docs/benchmarks.md; BENCH_ARGS='--sizes 500000 --repeat 3' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
 	@echo "make bench-growth  a ledger grown to 100,000 batches and each sink to 2,880, with maintenance (issue 43; about 25 min): docs/benchmarks.md"
+	@echo "make bench-fleet  N = 10, 50, 100 pipelines under lag triggers on one Airflow (issue 53; about 50 min): docs/benchmarks.md"
 	@echo "make bench-cluster  the job on a Spark standalone cluster vs local[*], planning at 10,000 partitions (about 15 min)"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker, PostgreSQL and Spark Connect server"
@@ -46,6 +47,9 @@ bench-ui: setup
 .PHONY: bench-growth
 bench-growth: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench.growth $(BENCH_ARGS)
+
+bench-fleet: setup
+	@. scripts/env.sh && python -m offsetbatch_dev.bench.fleet $(BENCH_ARGS)
 
 bench-cluster: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench.cluster $(BENCH_ARGS)

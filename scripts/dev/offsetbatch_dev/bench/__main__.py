@@ -16,7 +16,10 @@
    (``freshness``, a section of its own);
 7. ``growth``: one pipeline's ledger grown to 100,000 batches and its sinks to 2,880 minute batches, measured
    with a maintenance pass every 15 simulated minutes and after (issue 43; ``growth``, a section of its own);
-8. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
+8. ``fleet`` (opt-in: ``--phases fleet``, or ``make bench-fleet``; about 50 min): N = 10, 50, 100 pipelines
+   under lag triggers on one Airflow and one Spark Connect server, 2,000 records/s over the fleet, 10 min
+   per N (issue 53, item 3; ``fleet``, a section of its own); not in the default run;
+9. write docs/benchmarks.md (one marked section per phase: a run of some phases keeps the others')
    and docs/benchmarks.png.
 
 It refuses to start on a busy machine (``quiet``) unless ``--allow-load``, and flags any
@@ -48,7 +51,8 @@ from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
-PHASES = ("throughput", "dag", "cost", "avro", "freshness", "growth")
+PHASES = ("throughput", "dag", "cost", "avro", "freshness", "growth", "fleet")
+DEFAULT_PHASES = tuple(p for p in PHASES if p != "fleet")  # the fleet's ~50 min are asked for by name
 Samples = dict[int, dict[str, list[throughput.Sample]]]  # by size, by measurement: one per repetition
 CONNECT_CONN = "spark_connect_bench"
 
@@ -128,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5, help="repetitions of each throughput measurement")
     parser.add_argument("--dag-repeat", type=int, default=3, help="repetitions of each whole DAG run and plan/commit cost")
-    parser.add_argument("--phases", default=",".join(PHASES), help=f"which of {', '.join(PHASES)} to run (default all)")
+    parser.add_argument("--phases", default=",".join(DEFAULT_PHASES),
+                        help=f"which of {', '.join(PHASES)} to run (default all but fleet)")
     parser.add_argument("--partition-counts", default="10,100,1000")
     parser.add_argument("--driver-memory", default="1g", help="every measurement's spark.driver.memory (Spark's default, what the sample pipeline runs with)")
     parser.add_argument("--avro-measures", default=",".join(report.AVRO),
@@ -244,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         from offsetbatch_dev.bench import growth
 
         growth.main(["--docs", str(docs), "--allow-load"])
+    if "fleet" in phases:  # its own services, topics and producer; it writes its own section
+        from offsetbatch_dev.bench import fleet
+
+        fleet.main(["--docs", str(docs), "--allow-load"])
     png = None
     if "throughput" in phases:
         report.chart(datasets, samples, docs / "benchmarks.png")

@@ -459,6 +459,7 @@ def measure_size(n: int, args, work: Path, base_env: dict, broker: KafkaBroker, 
             commit_secs += [b["commit_seconds"] for b in batches if b["commit_seconds"] is not None]
             per_pipeline.append({"name": name, "records": len(produced.ids[topic]), "landed": int(lat.size),
                                  "missing": miss, "duplicated": dup, "batches": len(batches),
+                                 "runs_in_window": len(during),
                                  "runs_per_hour": len(during) / ((produced.ended - produced.started) / 3600),
                                  **percentiles(lat)})
         lat = np.concatenate(all_lat) if all_lat else np.array([])
@@ -466,7 +467,9 @@ def measure_size(n: int, args, work: Path, base_env: dict, broker: KafkaBroker, 
         runs = meta.runs()
         tasks = meta.tasks()
         succeeded = [r for r in runs if r.state == "success"]
-        in_window = [r for r in succeeded if r.end_date and produced.started <= r.end_date.timestamp() <= produced.ended]
+        planned_in_window = sum(p["runs_in_window"] for p in per_pipeline)
+        task_s = {t: percentiles(_seconds((x.start_date, x.end_date) for x in tasks if x.task_id == t and
+                                          x.state == "success"), qs=(50,)) for t in ("plan", "spark_job", "commit")}
         read_s, cycle_s, undecided = poll_cycles(probe, window_start, window_end)
         cpu = {k: u.cpu_s for k, u in usage.items()}
         total_cpu = sum(cpu.values())
@@ -475,7 +478,8 @@ def measure_size(n: int, args, work: Path, base_env: dict, broker: KafkaBroker, 
             "duplicated": duplicated, "fleet": percentiles(lat),
             "pipeline_p95": percentiles([p["p95"] for p in per_pipeline if p["p95"] is not None], qs=(50,)),
             "worst_pipeline": max(per_pipeline, key=lambda p: p["p95"] or 0)["name"] if per_pipeline else None,
-            "runs_per_hour": len(in_window) / hours, "runs_per_hour_per_pipeline": len(in_window) / hours / n,
+            "runs_per_hour": planned_in_window / hours, "runs_per_hour_per_pipeline": planned_in_window / hours / n,
+            "task_s": {t: v["p50"] for t, v in task_s.items()},
             "runs": len(runs), "runs_failed": sum(r.state == "failed" for r in runs),
             "task_retries": sum(1 for t in tasks if (t.try_number or 1) > 1),
             "run_wall": percentiles(_seconds((r.start_date, r.end_date) for r in succeeded)),
@@ -558,7 +562,7 @@ def section(rows: list[dict], args, command: str, warning: str | None, smoke: bo
     lines = ["## Fleet: N pipelines on one Airflow and one Spark Connect server (issue 53, item 3)", ""]
     if smoke:
         lines += ["**Smoke run** (a short check of the benchmark itself, not the measurement: the real one is "
-                  "`make bench BENCH_ARGS='--phases fleet'`, 10 minutes per N at N = 10, 50, 100).", ""]
+                  "`make bench-fleet` (or `make bench BENCH_ARGS='--phases fleet'`), 10 minutes per N at N = 10, 50, 100).", ""]
     lines += [
         f"{report.stamp(command)}. {report.machine()}. Per N: N topics of {args.partitions} partitions, N pipelines "
         f"(one DAG each from `dags/offsetbatch_pipelines.py`, one-slot pool each, files sink each, one shared "
@@ -574,9 +578,10 @@ def section(rows: list[dict], args, command: str, warning: str | None, smoke: bo
         lines += [f"**Measured on a busy machine:** {warning}.", ""]
     lines += ["| N | load at start (1/5/15 min) | records | missing | doubled | not landed | fleet p50 (s) | p95 (s) | "
               "max (s) | per-pipeline p95 median / max (s) | runs/h (fleet) | runs/h per pipeline | run wall p50 (s) | "
+              "plan / spark_job / commit p50 (s) | "
               "run queued→start p95 (s) | task queued→start p95 (s) | CPU-s per batch | DAG file parse p50 / max (s) | "
               "shared poll cycle p50 / p95 (s) | ledger write tx p50 / p95 (ms) |",
-              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: "
+              "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: "
               "| ---: | --- | --- | --- |"]
     for r in rows:
         f, pp = r["fleet"], r["pipeline_p95"]
@@ -585,7 +590,8 @@ def section(rows: list[dict], args, command: str, warning: str | None, smoke: bo
             f"| {r['n']} | {' / '.join(f'{x:.1f}' for x in r['load_at_start'])} | {r['records']:,} | {r['missing']:,} | "
             f"{r['duplicated']:,} | {r['not_landed']:,} | {_f(f['p50'])} | {_f(f['p95'])} | {_f(f['max'])} | "
             f"{_f(pp['p50'])} / {_f(pp['max'])} | {r['runs_per_hour']:.0f} | {r['runs_per_hour_per_pipeline']:.1f} | "
-            f"{_f(r['run_wall']['p50'])} | {_f(r['run_queue_wait']['p95'])} | {_f(r['task_queue_wait']['p95'])} | "
+            f"{_f(r['run_wall']['p50'])} | {' / '.join(_f(r['task_s'][t]) for t in ('plan', 'spark_job', 'commit'))} | "
+            f"{_f(r['run_queue_wait']['p95'])} | {_f(r['task_queue_wait']['p95'])} | "
             f"{_f(r['cpu_s_per_batch'])} | {_f(r['parse_s']['p50'])} / {_f(r['parse_s']['max'])} | "
             f"{_f(r['poll_cycle_s']['p50'], '{:.2f}')} / {_f(r['poll_cycle_s']['p95'], '{:.2f}')} | "
             f"{ms(r['ledger_write_s']['p50'])} / {ms(r['ledger_write_s']['p95'])} |")
@@ -604,7 +610,8 @@ def section(rows: list[dict], args, command: str, warning: str | None, smoke: bo
     for what, ok, figures in targets(rows):
         lines.append(f"* {'✓' if ok else '–' if ok is None else '✗'} {what}: {figures}.")
     lines += ["", *capacity_lines(rows), "",
-              "What each figure is measured from: latency and runs from the ledger (`published_at`, `planned_at`) and "
+              "What each figure is measured from: latency and runs from the ledger (`published_at`, `planned_at`; runs/h: "
+              "the batches planned while the producer wrote, per hour of it) and "
               "Airflow's metadata DB (`dag_run`, `task_instance`); parse times from `dag.last_parse_duration`, which the "
               "dag-processor writes on every parse of the file (one file holds all N DAGs, so it is the parse of N "
               "pipelines); the shared poll's cycle from a probe on the triggerer's PYTHONPATH only (its Kafka read's "
@@ -635,11 +642,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="mark the section as a smoke run")
     parser.add_argument("--allow-load", action="store_true")
     parser.add_argument("--docs", default=str(PROJECT_ROOT / "docs"))
+    parser.add_argument("--from-results", default=None, help="write the section again from a results.json (and the "
+                        "same arguments) without running anything")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=max(Console().width, 200))
+    started = time.monotonic()
+    if args.from_results:
+        rows = json.loads(Path(args.from_results).read_text())
+        saved = json.loads((Path(args.from_results).parent / "run.json").read_text())
+        return finish(rows, args, saved["command"], saved["warning"], console, started, Path(args.from_results))
     warning = quiet.check_start(console, args.allow_load)
     command = report.command_line("offsetbatch_dev.bench.fleet", argv)
-    started = time.monotonic()
     work = local_dir() / "bench-fleet"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -666,6 +679,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                    "port": args.connect_port}),
                "OFFSETBATCH_HOME": str(work)}
         env.pop("OFFSETBATCH_FAULTS", None)
+        (work / "run.json").write_text(json.dumps({"command": command, "warning": warning}))
         for n in (int(x) for x in args.sizes.split(",")):
             rows.append(measure_size(n, args, work, env, broker, pg, console))
             (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
@@ -676,6 +690,12 @@ def main(argv: list[str] | None = None) -> int:
             pg.stop()
         if ours["broker"]:
             broker.stop()
+    return finish(rows, args, command, warning, console, started, work / "results.json")
+
+
+def finish(rows: list[dict], args, command: str, warning: str | None, console: Console, started: float,
+           raw: Path) -> int:
+    """The tables on the console, the section in docs/benchmarks.md; 1 if a record was lost, doubled or late."""
     table = Table(title=f"fleet: {args.rate:,} records/s over N pipelines, {args.minutes:g} min per N")
     for col in ("N", "records", "missing", "dup", "not landed", "p50 s", "p95 s", "max s", "runs/h", "CPU-s/batch",
                 "parse max s", "poll cycle p95 s", "ledger tx p95 ms"):
@@ -698,7 +718,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{'✓' if ok else '–' if ok is None else '✗'} {what}: {figures}")
     Path(args.docs).mkdir(parents=True, exist_ok=True)
     report.write_section(Path(args.docs) / "benchmarks.md", "fleet", section(rows, args, command, warning, args.smoke))
-    console.print(f"written to {Path(args.docs) / 'benchmarks.md'} (raw: {work / 'results.json'}) in "
+    console.print(f"written to {Path(args.docs) / 'benchmarks.md'} (raw: {raw}) in "
                   f"{(time.monotonic() - started) / 60:.1f} min")
     bad = [r for r in rows if r["missing"] or r["duplicated"] or r["not_landed"]]
     return 1 if bad else 0
