@@ -20,7 +20,8 @@ The serializer calls no config route (nor /schemas/types) in 2.16.1.
 Every schema gets a GUID (uuid4) as Confluent Platform 8 assigns one: the 2.16.1 serializer's header
 form writes it. Options: required basic-auth credentials or bearer token (401, error_code 401, as the
 real registry answers), TLS with a given certificate and key, ``answer_with`` (every request gets
-that HTTP status: 500, 503, 403) and ``stop()`` (the port then refuses connections). ``requests``
+that HTTP status: 500, 503, 403), ``answer_html`` (every request gets 200 and a web page, as a URL
+pointing at a proxy's or a UI's page does) and ``stop()`` (the port then refuses connections). ``requests``
 logs every request the server read, for tests that assert what was called (or that nothing was).
 Bound to 127.0.0.1 on a free port (or ``port``); the socket listens once the constructor returns.
 
@@ -85,6 +86,7 @@ class SchemaRegistryServer:
                  tls: tuple[Path, Path] | None = None, port: int = 0) -> None:
         self.basic_auth, self.bearer_token = basic_auth, bearer_token
         self.answer_with: int | None = None
+        self.answer_html = False
         self.requests: list[tuple[str, str]] = []  # (method, path with query)
         self._schemas: list[_Schema] = []
         self._subjects: dict[str, list[int]] = {}  # subject -> schema ids, version n at index n-1
@@ -226,9 +228,12 @@ class SchemaRegistryServer:
                     status, payload = 200, registry._answer(method, urlsplit(self.path).path, body)
                 except _ApiError as err:
                     status, payload = err.status, {"error_code": err.code, "message": err.message}
-                data = json.dumps(payload).encode()
+                data, kind = json.dumps(payload).encode(), CONTENT_TYPE
+                if registry.answer_html:
+                    status, kind = 200, "text/html; charset=utf-8"
+                    data = b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Sign in</body></html>"
                 self.send_response(status)
-                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -7,8 +7,9 @@ for one (the documented Confluent REST routes the client and the serializer call
 Exactly-once is checked record by record with pyarrow (not our reader) after the crash suite's
 faults (the Spark driver killed mid-write, the commit killed inside its transaction), then after a
 replay that follows a change of the reader schema; a writer schema the reader cannot read fails its
-batch before the commit, naming the field; a registry that is down fails the plan before the ledger
-is touched."""
+batch before the commit, naming the field, without a retry; a recursive reader schema and a
+registry URL that answers with a web page fail the plan once, clearly, before the ledger is touched;
+a registry that is down fails the plan before the ledger is touched."""
 
 from __future__ import annotations
 
@@ -108,6 +109,30 @@ def test_avro_batch_survives_crashes_then_a_replay_writes_the_new_reader_shape(m
         incompatible.assert_failed_with(f"the reader schema (subject '{p.topic}-value' version 2, id 2) cannot read "
                                         f"writer schema id 3 (subject '{p.topic}-value' version 3): field(s) 'user_id'")
         assert p.ledger.get_batch(p.name, 3).status == "planned"
+        assert "AirflowFailException" in incompatible.output  # no retry: only a change of the reader helps
+
+        # Round three's other registry cases, at run time (issue 58, item 6): the plan task fails once,
+        # clearly, before the ledger is touched, and is not retried.
+        digest = p.ledger_digest()
+        recursive = {"type": "record", "name": "Event", "namespace": "shop", "fields": [
+            {"name": "event_id", "type": "string"}, {"name": "kind", "type": "string"},
+            {"name": "event_time", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+            {"name": "parent", "type": ["null", "Event"], "default": None}]}
+        version = len(registry._subjects[f"{p.topic}-value"]) + 1
+        registry.register(f"{p.topic}-value", json.dumps(recursive))
+        set_reader_version(p, version)
+        loop = p.run(BASE + H)
+        loop.assert_failed_with(f"the value reader schema subject '{p.topic}-value' version {version} is recursive "
+                                f"(record 'shop.Event' contains itself through field parent)")
+        set_reader_version(p, 2)
+        registry.answer_html = True  # the connection pointing at a web page (a proxy's sign-in, a UI)
+        page = p.run(BASE + H)
+        page.assert_failed_with("with something that is not the registry's JSON")
+        page.assert_failed_with("Check that the URL is the registry's REST API")
+        registry.answer_html = False
+        for failed in (loop, page):
+            assert "AirflowFailException" in failed.output and "starting task_id=spark_job" not in failed.output
+        assert p.ledger_digest() == digest
 
         registry.stop()
         digest = p.ledger_digest()

@@ -417,7 +417,8 @@ def sink_config(work: Path, kind: str, name: str, pg_url: str | None, args) -> P
         "value": sample["value"], "transform": sample["transform"],
         "sink": sinks[kind], "ledger": {"url": url},
         "maintenance": {"retain": args.retain, "in_flight_grace": args.in_flight_grace,
-                        "retain_snapshots": args.retain_snapshots, "ledger_retain": args.ledger_retain},
+                        "ledger_retain": args.ledger_retain,  # only an Iceberg table keeps snapshots
+                        **({"retain_snapshots": args.retain_snapshots} if kind == "iceberg" else {})},
     }))
     return path
 
