@@ -403,7 +403,7 @@ def check_ledger_url(url: str, databases: tuple[str, ...] | None = SUPPORTED_DAT
     return url
 
 
-class _LimitedLoader(yaml.SafeLoader):
+class _LimitedLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """PyYAML's safe loader with a bound on what aliases expand to: a "billion laughs" document of a
     few lines would otherwise expand to billions of nodes while the config is validated (and hold up
     the DAG processor past its import timeout, hiding every pipeline's DAG)."""

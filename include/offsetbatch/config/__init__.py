@@ -28,6 +28,7 @@ from offsetbatch.sinks.maintenance import MaintenanceSettings
 log = logging.getLogger(__name__)
 PIPELINES_DIR = bundled_pipelines_dir()  # None when installed from the wheel
 _NAME = r"^[a-z][a-z0-9_]{0,62}$"
+DAG_ID_PREFIX, MAINTENANCE_DAG_SUFFIX = "offsetbatch_", "_maintenance"  # a pipeline's DAG ids
 
 
 class _Model(BaseModel):
@@ -437,11 +438,11 @@ class PipelineConfig(_Model):
 
     @property
     def dag_id(self) -> str:
-        return f"offsetbatch_{self.name}"
+        return f"{DAG_ID_PREFIX}{self.name}"
 
     @property
     def maintenance_dag_id(self) -> str:
-        return f"offsetbatch_{self.name}_maintenance"
+        return f"{DAG_ID_PREFIX}{self.name}{MAINTENANCE_DAG_SUFFIX}"
 
     @property
     def pool(self) -> str:

@@ -11,10 +11,12 @@ used twice keeps its first file.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
-from offsetbatch.config import PIPELINES_DIR, PipelineConfig, load_config
+from offsetbatch.config import _NAME, PIPELINES_DIR, PipelineConfig, load_config
 from offsetbatch.errors import ConfigError
 from offsetbatch.storage.locations import bucket_of, is_s3
 
@@ -74,11 +76,37 @@ def stamp(value: str | None = None) -> tuple:
     return tuple(out)
 
 
-def read(value: str | None = None) -> Installed:
-    """Every installed config that loads, and one message per file that does not."""
+_NAME_LINE = re.compile(r"""^name[ \t]*:[ \t]*(?:'([^'\n]*)'|"([^"\n]*)"|([^\s#'"]+))[ \t]*(?:#.*)?$""", re.M)
+
+
+def _may_be_named(path: Path, names: frozenset[str]) -> bool:
+    """Whether ``path`` may hold a pipeline of one of ``names``, told from its top-level ``name:``
+    line without loading it; a file whose name is written otherwise (not one such line, a value
+    that is not a plain pipeline name, such as ``${VAR}``, or an unreadable file) may."""
+    try:
+        lines = _NAME_LINE.findall(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return True
+    if len(lines) != 1:
+        return True
+    name = "".join(lines[0])
+    return name in names or not re.fullmatch(_NAME, name)
+
+
+def read(value: str | None = None, names: Iterable[str] | None = None) -> Installed:
+    """Every installed config that loads, and one message per file that does not.
+
+    ``names``: only the pipelines of these names are wanted (a task process parsing the DAG file
+    for one DAG): files whose ``name:`` line says another name are not loaded, the rest are, in
+    order, so a name used twice still keeps its first file. Checks across pipelines (a bucket two
+    of them write) then see only these."""
     good: dict[str, PipelineConfig] = {}
     errors: list[str] = []
-    for path in config_files(value):
+    files = config_files(value)
+    if names is not None:
+        wanted = frozenset(names)
+        files = [f for f in files if _may_be_named(f, wanted)]
+    for path in files:
         try:
             cfg = load_config(path)
         except ConfigError as exc:
