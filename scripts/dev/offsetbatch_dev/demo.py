@@ -158,7 +158,7 @@ class DagRuns:
         return 0 if state in ("success", "DagRunState.SUCCESS") else 1
 
 
-def _spark_connect(cfg) -> None:
+def _spark_connect(cfg, bootstrap: str) -> None:
     """The Spark Connect server the pipeline's job runs on (spark.runner: connect), as ``make
     stack-up`` starts it: on SPARK_CONNECT_PORT, the port of scripts/env.sh's spark_connect_default."""
     if not cfg.spark.on_connect:
@@ -166,8 +166,8 @@ def _spark_connect(cfg) -> None:
         return
     server = SparkConnectServer(port=int(os.environ.get("SPARK_CONNECT_PORT", CONNECT_PORT)))
     running = server.pid() is not None
-    took = server.start()
-    console.print(f"   Spark Connect server {server.url} " + ("already running" if running else f"ready ({took:.1f}s)")
+    took = server.start(kafka_bootstrap=bootstrap)
+    console.print(f"   Spark Connect server {server.url} " + ("already running" if running else f"ready and warmed up ({took:.1f}s)")
                   + f", pid {server.pid()}; its log {server.log_file}; the pipeline's job runs there "
                   f"({cfg.spark.connect_conn_id})")
 
@@ -177,7 +177,7 @@ def main() -> int:
     took = broker.start()
     console.print(f"[bold]1.[/] Kafka broker ready on {broker.bootstrap} ({took:.1f}s); its log {broker.log_file}")
     cfg = load_config(_pipeline())
-    _spark_connect(cfg)
+    _spark_connect(cfg, broker.bootstrap)
     logs = local_dir() / "demo"
     logs.mkdir(parents=True, exist_ok=True)
     registry: AbstractContextManager[str | None] = demo_avro.registry(logs) if _avro() else nullcontext()

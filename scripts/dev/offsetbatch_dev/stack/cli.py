@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jars", default="",
                    help="comma-separated jars added to Spark's Kafka connector jars on the server's classpath")
     p.add_argument("--driver-memory", default="1g", help="the server's (driver's) heap (default 1g)")
+    p.add_argument("--kafka-bootstrap", default=None,
+                   help="a broker the warm-up job's Kafka source meets (default: the stack's broker, when running)")
+    p.add_argument("--no-warm-up", dest="warm", action="store_false",
+                   help="hand the server over cold (its first job then pays the class loading: ~9 s)")
     p = sub.add_parser("s3", help="manage a local S3 API server (S3Proxy)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--port", type=int, default=int(os.environ.get("S3_PORT", S3_PORT)),
@@ -237,13 +241,20 @@ def _server_jars(extra: str) -> list[str]:
     return spark_connector_jars() + s3a + [j for j in extra.split(",") if j]
 
 
+def _stack_bootstrap() -> str | None:
+    """The stack's broker, when it runs without security: the Connect server's warm-up meets it (a
+    secured one would keep a client without credentials waiting for its timeout)."""
+    broker = KafkaBroker(port=int(os.environ.get("KAFKA_PORT", "9092")))
+    return broker.bootstrap if broker.pid() and broker.formatted_security() == "plaintext" else None
+
+
 def _spark_connect(args: argparse.Namespace) -> int:
     jars = _server_jars(args.jars) if args.action == "start" else []
     server = SparkConnectServer(port=args.port, master=args.master, jars=jars, driver_memory=args.driver_memory)
     if args.action == "start":
         running = server.pid() is not None
-        took = server.start()
-        state = "already running" if running else f"ready in {took:.1f}s"
+        took = server.start(warm=args.warm, kafka_bootstrap=args.kafka_bootstrap or _stack_bootstrap())
+        state = "already running" if running else f"ready in {took:.1f}s" + (" (warmed up)" if args.warm else "")
         print(f"spark connect server {server.url} (master {server.running_master() or args.master}) {state}, "
               f"pid {server.pid()}; log {server.log_file}")
     elif args.action == "stop":
