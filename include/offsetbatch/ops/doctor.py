@@ -66,6 +66,16 @@ def _airflow_conn(conn_id: str, conn_type: str) -> str:
     return f"{conn.conn_type} {conn.host}"
 
 
+def _connect_server(conn_id: str) -> str:
+    """The connection defines a Spark Connect server, and it answers (a gRPC handshake, within the
+    connection's answer_timeout)."""
+    from offsetbatch.dag.connect_server import ConnectServer
+
+    server = ConnectServer.from_connection(conn_id)
+    server.check()
+    return f"{server.describe()} answers"
+
+
 def _kafka(pipeline: Pipeline) -> str:
     cfg = pipeline.cfg
     with pipeline.kafka() as kafka:
@@ -127,7 +137,10 @@ def _spark_jars(pipeline: Pipeline) -> str:
     from offsetbatch.dag.spark_jars import job_jars
 
     cfg = pipeline.cfg
-    return f"{len(job_jars(cfg.sink.root, cfg.value.format, cfg.key.format))} jar(s) for spark-submit"
+    jars = len(job_jars(cfg.sink.root, cfg.value.format, cfg.key.format))
+    if cfg.spark.on_connect:
+        return f"{jars} jar(s) the Spark Connect server needs on its classpath (its job runs there)"
+    return f"{jars} jar(s) for spark-submit"
 
 
 def run_checks(pipelines: dict[str, Pipeline]) -> list[Check]:
@@ -137,12 +150,19 @@ def run_checks(pipelines: dict[str, Pipeline]) -> list[Check]:
         _run("spark kafka connector", _connector, "run 'make setup' once with access to Maven Central"),
         _run("openlineage transport", lineage_transport.check, lineage_transport.FIX),
     ]
-    spark_conns = {p.cfg.spark.conn_id for p in pipelines.values()}
+    # Each pipeline's runner's connection only: a Connect pipeline never uses spark_default.
+    spark_conns = {p.cfg.spark.conn_id for p in pipelines.values() if not p.cfg.spark.on_connect}
+    connect_conns = {p.cfg.spark.connect_conn_id for p in pipelines.values() if p.cfg.spark.on_connect}
     kafka_conns = {p.cfg.kafka.conn_id for p in pipelines.values()}
     for conn_id in sorted(spark_conns):
         checks.append(_run(f"airflow connection {conn_id}", lambda c=conn_id: _airflow_conn(c, "spark"),
                            'define it, e.g. AIRFLOW_CONN_SPARK_DEFAULT=\'{"conn_type":"spark","host":"local[*]",'
                            '"extra":{"deploy-mode":"client"}}\' (scripts/env.sh does)'))
+    for conn_id in sorted(connect_conns):
+        checks.append(_run(f"spark connect server of {conn_id}", lambda c=conn_id: _connect_server(c),
+                           "define the connection, e.g. AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='spark-connect://"
+                           "127.0.0.1:15002' (scripts/env.sh does), and start the server ('offsetbatch-stack "
+                           "spark-connect start' locally), or set spark.runner: spark-submit"))
     for conn_id in sorted(kafka_conns):
         checks.append(_run(f"airflow connection {conn_id}", lambda c=conn_id: _airflow_conn(c, "kafka"),
                            'define it, e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type":"kafka","extra":'

@@ -127,3 +127,27 @@ def test_doctor_reports_each_check_and_how_to_fix_it(make_pipeline):
     assert res.returncode == 1
     failed = {c["name"]: c for c in json.loads(res.stdout) if not c["ok"]}
     assert set(failed) == {f"{p.name}: kafka"} and "start the broker" in failed[f"{p.name}: kafka"]["fix"]
+
+
+@pytest.mark.spark_connect
+def test_doctor_checks_the_connect_server_a_connect_pipeline_runs_on(make_pipeline):
+    """A pipeline on Spark Connect is checked against its server (a gRPC handshake), not against
+    spark_default, which it never uses; a server nothing listens on fails that check alone."""
+    from harness import CONNECT_CONN_ID
+
+    p = make_pipeline()
+    p.produce(10, start=BASE, hours=1, partitions=1)
+    res = _cli(p, "--json", "doctor")
+    checks = {c["name"]: c for c in json.loads(res.stdout)}
+    assert res.returncode == 0, res.stdout
+    name = f"spark connect server of {CONNECT_CONN_ID}"
+    assert "airflow connection spark_default" not in checks and checks[name]["detail"].endswith(" answers")
+    assert "the Spark Connect server needs on its classpath" in checks[f"{p.name}: spark jars"]["detail"]
+
+    gone = {**p.env, f"AIRFLOW_CONN_{CONNECT_CONN_ID.upper()}": json.dumps(
+        {"conn_type": "spark_connect", "host": "127.0.0.1", "port": 1})}
+    res = subprocess.run(["offsetbatch", "--pipelines", str(p.root), "--json", "doctor"], env=gone,
+                         capture_output=True, text=True, timeout=300)
+    failed = {c["name"]: c for c in json.loads(res.stdout) if not c["ok"]}
+    assert res.returncode == 1 and set(failed) == {name}
+    assert "refused the connection" in failed[name]["detail"] and "spark-connect start" in failed[name]["fix"]

@@ -70,6 +70,7 @@ from offsetbatch.paths import local_dir
 
 from offsetbatch_dev import PROJECT_ROOT, verify
 from offsetbatch_dev.bench import quiet, report
+from offsetbatch_dev.bench.freshness import triggered_pipeline
 from offsetbatch_dev.bench.fleet_probes import CADENCES, Sampler, capacity, percentiles
 from offsetbatch_dev.sample.producer import ensure_topic, make_event
 from offsetbatch_dev.stack.airflow_services import AirflowServices
@@ -78,7 +79,6 @@ from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
 CONNECT_CONN = "spark_connect_fleet"
-SCHEMA = "event_id STRING, kind STRING, user_id INT, page STRING, event_time TIMESTAMP, amount DOUBLE"
 PROBE_DIR = Path(__file__).resolve().parent / "fleet_triggerer_probe"
 TARGET_P95_S, TARGET_PARSE_S, TARGET_FLAT = 120.0, 30.0, 1.5
 SERVICES = ("api-server", "scheduler", "task processes", "triggerer", "dag-processor", "Spark Connect server",
@@ -133,18 +133,8 @@ def rule_for(rate: int, n: int, cadence: float, poll: float) -> dict:
 
 
 def pipeline_yaml(folder: Path, tables: Path, name: str, topic: str, ledger_url: str, rule: dict) -> Path:
-    cfg = {
-        "name": name,
-        "kafka": {"conn_id": "kafka_default", "topics": [topic]},
-        "starting_policy": "earliest",
-        "value": {"format": "json", "schema": SCHEMA, "required": ["event_id", "kind", "event_time"]},
-        "transform": {"sql": "SELECT event_id, kind, user_id, page, event_time, amount, kafka_partition, kafka_offset "
-                             "FROM records"},
-        "sink": {"path": str(tables / name), "event_time_column": "event_time"},
-        "ledger": {"url": ledger_url},
-        "spark": {"connect_conn_id": CONNECT_CONN, "conf": {"spark.sql.shuffle.partitions": "2"}},
-        "airflow": {"schedule": None, "retries": 2, "retry_delay_seconds": 5, "trigger": rule},
-    }
+    cfg = triggered_pipeline(name, topic, {"path": str(tables / name), "event_time_column": "event_time"}, ledger_url,
+                             rule, connect_conn=CONNECT_CONN)
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -113,26 +113,32 @@ def produce_steadily(bootstrap: str, topic: str, rate: int, seconds: float, part
     return out
 
 
-def pipeline_config(work: Path, name: str, topic: str, sink: str, rate: int, args) -> Path:
-    root = work / name
-    sink_cfg: dict = {"path": str(root / "table"), "event_time_column": "event_time"}
-    if sink == "iceberg":
-        sink_cfg = {"type": "iceberg", "staging": str(root / "staging"), "namespace": "fresh", "table": name,
-                    "warehouse": str(root / "warehouse")}
-    cfg = {
+def triggered_pipeline(name: str, topic: str, sink: dict, ledger_url: str, rule: dict,
+                       connect_conn: str = CONNECT_CONN) -> dict:
+    """The config of a lag-triggered pipeline on the bench's events (``SCHEMA``), its job on the
+    Spark Connect server of ``connect_conn``: the freshness and fleet benches' pipelines."""
+    return {
         "name": name,
         "kafka": {"conn_id": "kafka_default", "topics": [topic]},
         "starting_policy": "earliest",
         "value": {"format": "json", "schema": SCHEMA, "required": ["event_id", "kind", "event_time"]},
         "transform": {"sql": "SELECT event_id, kind, user_id, page, event_time, amount, kafka_partition, kafka_offset "
                              "FROM records"},
-        "sink": sink_cfg,
-        "ledger": {"url": f"sqlite:///{root}/ledger.db"},
-        "spark": {"connect_conn_id": CONNECT_CONN, "conf": {"spark.sql.shuffle.partitions": "2"}},
-        "airflow": {"schedule": None, "retries": 2, "retry_delay_seconds": 5,
-                    "trigger": {"min_records": max(1, int(rate * args.count_seconds)), "max_delay": args.max_delay,
-                                "poll": args.poll}},
+        "sink": sink,
+        "ledger": {"url": ledger_url},
+        "spark": {"connect_conn_id": connect_conn, "conf": {"spark.sql.shuffle.partitions": "2"}},
+        "airflow": {"schedule": None, "retries": 2, "retry_delay_seconds": 5, "trigger": rule},
     }
+
+
+def pipeline_config(work: Path, name: str, topic: str, sink: str, rate: int, args) -> Path:
+    root = work / name
+    sink_cfg: dict = {"path": str(root / "table"), "event_time_column": "event_time"}
+    if sink == "iceberg":
+        sink_cfg = {"type": "iceberg", "staging": str(root / "staging"), "namespace": "fresh", "table": name,
+                    "warehouse": str(root / "warehouse")}
+    rule = {"min_records": max(1, int(rate * args.count_seconds)), "max_delay": args.max_delay, "poll": args.poll}
+    cfg = triggered_pipeline(name, topic, sink_cfg, f"sqlite:///{root}/ledger.db", rule)
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
