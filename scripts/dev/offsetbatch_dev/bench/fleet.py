@@ -567,9 +567,21 @@ def capacity_lines(rows: list[dict]) -> list[str]:
             f"formula: check it against the p95 measured at the nearest N."]
 
 
+def section_name(args) -> str:
+    """The doc section (and the work folder's name): the fleet on one machine, or on a cluster."""
+    return "fleet" if args.master is None else "fleet-cluster"
+
+
 def section(rows: list[dict], args, command: str, warning: str | None, smoke: bool) -> list[str]:
-    master = args.master or "local[2]"
-    lines = ["## Fleet: N pipelines on one Airflow and one Spark Connect server (issue 53, item 3)", ""]
+    master = args.master_url if getattr(args, "master_url", None) else args.master or "local[2]"
+    lines = (["## Fleet: N pipelines on one Airflow and one Spark Connect server (issue 53, item 3)", ""]
+             if args.master is None else
+             ["## Fleet on a Spark cluster: the Connect server in front of a standalone cluster (issue 53, item 4)", "",
+              "The same fleet with one change, the Connect server's `--master`: its jobs' executors run on a Spark "
+              "standalone cluster's worker (1 worker of 2 cores and 2 GiB, as `offsetbatch-stack spark-cluster start` "
+              "makes one) instead of in its own JVM. On one machine the cluster adds processes, not cores: this run "
+              "shows what the knob costs and that the fleet keeps its promise there; the cores come when the "
+              "workers are other machines.", ""])
     if smoke:
         lines += ["**Smoke run** (a short check of the benchmark itself, not the measurement: the real one is "
                   "`make bench-fleet` (or `make bench BENCH_ARGS='--phases fleet'`), 10 minutes per N at N = 10, 50, 100).", ""]
@@ -674,10 +686,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results:
         rows = json.loads(Path(args.from_results).read_text())
         saved = json.loads((Path(args.from_results).parent / "run.json").read_text())
+        args.master_url = saved.get("master_url")
         return finish(rows, args, saved["command"], saved["warning"], console, started, Path(args.from_results))
     warning = quiet.check_start(console, args.allow_load)
     command = report.command_line("offsetbatch_dev.bench.fleet", argv)
-    work = local_dir() / "bench-fleet"
+    work = local_dir() / section_name(args).replace("fleet", "bench-fleet")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     broker = KafkaBroker(port=int(os.environ.get("KAFKA_PORT", "9092")))
@@ -703,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                    "port": args.connect_port}),
                "OFFSETBATCH_HOME": str(work)}
         env.pop("OFFSETBATCH_FAULTS", None)
-        (work / "run.json").write_text(json.dumps({"command": command, "warning": warning}))
+        (work / "run.json").write_text(json.dumps({"command": command, "warning": warning,
+                                                   "master_url": args.master_url}))
         for n in (int(x) for x in args.sizes.split(",")):
             rows.append(measure_size(n, args, work, env, broker, pg, console))
             (work / "results.json").write_text(json.dumps(rows, indent=1, default=str))
@@ -741,7 +755,8 @@ def finish(rows: list[dict], args, command: str, warning: str | None, console: C
     for what, ok, figures in targets(rows):
         console.print(f"{'✓' if ok else '–' if ok is None else '✗'} {what}: {figures}")
     Path(args.docs).mkdir(parents=True, exist_ok=True)
-    report.write_section(Path(args.docs) / "benchmarks.md", "fleet", section(rows, args, command, warning, args.smoke))
+    report.write_section(Path(args.docs) / "benchmarks.md", section_name(args),
+                         section(rows, args, command, warning, args.smoke))
     console.print(f"written to {Path(args.docs) / 'benchmarks.md'} (raw: {raw}) in "
                   f"{(time.monotonic() - started) / 60:.1f} min")
     bad = [r for r in rows if r["missing"] or r["duplicated"] or r["not_landed"]]
