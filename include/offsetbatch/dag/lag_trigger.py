@@ -213,7 +213,8 @@ class LagTrigger(BaseEventTrigger):
 
 class _Reader:
     """The blocking side, run in a thread: the pipeline's config (reloaded when its file changes),
-    its Kafka admin client and ledger kept open between polls, and the ``LagWatch``."""
+    its Kafka admin client and ledger kept open between polls (the ledger's engine shared with the
+    other pipelines' triggers on its database), and the ``LagWatch``."""
 
     def __init__(self, config_path: str, log: Any) -> None:
         self.path = Path(config_path)
@@ -229,7 +230,9 @@ class _Reader:
 
     def reset(self) -> None:
         """Close the connections; the next poll opens them again (after an error, or at the end)."""
-        for close in (self.kafka and self.kafka.close, self.ledger and self.ledger.dispose):
+        from offsetbatch.ledger import shared
+
+        for close in (self.kafka and self.kafka.close, self.ledger and (lambda: shared.release(self.ledger))):
             if close:
                 try:
                     close()
@@ -269,9 +272,11 @@ class _Reader:
     def _open_ledger(self) -> None:
         from offsetbatch.ledger.errors import LedgerMissingError
 
+        from offsetbatch.ledger import shared
+
         if self.ledger is None:
-            try:
-                self.ledger = self.pipeline.ledger()
+            try:  # one engine per ledger database for every trigger of the triggerer (ledger.shared)
+                self.ledger = shared.acquire(self.pipeline.ledger_url())
             except LedgerMissingError:
                 pass  # before the first run: every partition waits from its starting policy
 

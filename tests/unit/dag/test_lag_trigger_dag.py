@@ -142,3 +142,31 @@ def test_a_topic_that_does_not_exist_is_logged_once_per_change_not_every_poll(tm
         "pipeline orders: lag trigger: orders does not exist on Kafka connection kafka_default: nothing waits there, "
         f"so it fires no run for them until they exist. Create them, or fix kafka.topics in {tmp_path}/orders.yaml",
     ]
+
+
+def test_the_triggers_of_pipelines_on_one_ledger_database_share_one_engine(tmp_path):
+    """A triggerer holding a hundred pipelines' triggers must not hold a hundred ledger engines
+    (and their connections): readers on one ledger URL share one ``Ledger``; the last reset closes it."""
+    from offsetbatch.ledger import Ledger, shared
+
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    Ledger(url, create=True).dispose()
+    readers = []
+    for name in ("orders", "payments", "refunds"):
+        doc = {"name": name, "kafka": {"topics": [name]}, "sink": {"path": str(tmp_path / name)},
+               "ledger": {"url": url}, "airflow": {"trigger": RULE}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+        reader = _Reader(str(tmp_path / f"{name}.yaml"), logging.getLogger("lag"))
+        assert reader._load()
+        reader._open_ledger()
+        readers.append(reader)
+    assert readers[0].ledger is readers[1].ledger is readers[2].ledger and shared.users(url) == 3
+    engine = readers[0].ledger.engine
+    readers[0].reset()
+    readers[1].reset()
+    assert readers[0].ledger is None and shared.users(url) == 1 and readers[2].ledger.engine is engine
+    readers[2].reset()
+    assert shared.users(url) == 0
+    readers[0]._open_ledger()  # opened again after the last went: a new engine
+    assert readers[0].ledger.engine is not engine and shared.users(url) == 1
+    readers[0].reset()
