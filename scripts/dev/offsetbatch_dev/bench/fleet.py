@@ -553,28 +553,41 @@ def targets(rows: list[dict]) -> list[tuple[str, bool | None, str]]:
 
 
 def capacity_lines(rows: list[dict]) -> list[str]:
-    """How many pipelines this machine carries per cadence, from the largest N measured."""
+    """How many pipelines this machine carries per cadence: from the CPU-s per batch of the largest N
+    (with headroom), and from the most runs per hour the fleet sustained (its ceiling, no headroom)."""
     r = max(rows, key=lambda x: x["n"])
     c = r["cpu_s_per_batch"]
     if not c:
         return ["How many pipelines a deployment of this size carries: not computed (no batch committed)."]
     cores = os.cpu_count() or 1
+    top = max(rows, key=lambda x: x["runs_per_hour"])
     per = ", ".join(f"{capacity(cores, c, rph)} at {name} cadence" for name, rph in CADENCES.items())
-    return [f"How many pipelines a deployment of this size carries (placeholder, computed, not measured at those N): "
-            f"{per}. Formula: floor(0.7 × {cores} cores × 3,600 s / (CPU-s per batch × runs per hour per pipeline)), "
-            f"with the CPU-s per batch of N = {r['n']} ({c:.1f} s over every service, their idle work included): "
-            f"70 % of the cores for runs, the rest headroom for the lag triggers to stay on time. Latency is not in the "
-            f"formula: check it against the p95 measured at the nearest N."]
+    ceiling = ", ".join(f"{int(top['runs_per_hour'] // rph):,} {name}" for name, rph in CADENCES.items())
+    return [f"How many pipelines a deployment of this size carries: **{per}**. Formula: floor(0.7 × {cores} cores × "
+            f"3,600 s / (CPU-s per batch × runs per hour per pipeline)), with the CPU-s per batch measured at N = "
+            f"{r['n']} ({c:.1f} s over every service, their idle work included): 70 % of the cores for runs, the rest "
+            f"headroom for the lag triggers to stay on time. The ceiling measured: the fleet sustained at most "
+            f"{top['runs_per_hour']:,.0f} runs/h (N = {top['n']}), which is {ceiling} pipelines with no headroom at all "
+            f"(a pipeline asking for more runs than its share gets fewer, larger batches and a later p95: the "
+            f"per-pipeline runs/h and p95 above)."]
+
+
+def measured_services(rows: list[dict]) -> list[str]:
+    """The services measured in ``rows``, in ``SERVICES`` order, then any other (a cluster's workers)."""
+    seen = [s for r in rows for s in r["cpu_s"]]
+    return [s for s in SERVICES if s in seen] + sorted(set(seen) - set(SERVICES))
 
 
 def section_name(args) -> str:
-    """The doc section (and the work folder's name): the fleet on one machine, or on a cluster."""
-    return "fleet" if args.master is None else "fleet-cluster"
+    """The doc section (and the work folder's name): the fleet on one machine, or on a cluster, or
+    ``--section``."""
+    return getattr(args, "section", None) or ("fleet" if args.master is None else "fleet-cluster")
 
 
 def section(rows: list[dict], args, command: str, warning: str | None, smoke: bool) -> list[str]:
     master = args.master_url if getattr(args, "master_url", None) else args.master or "local[2]"
-    lines = (["## Fleet: N pipelines on one Airflow and one Spark Connect server (issue 53, item 3)", ""]
+    lines = ([f"## {args.title}", ""] if getattr(args, "title", None) else
+             ["## Fleet: N pipelines on one Airflow and one Spark Connect server (issue 53, item 3)", ""]
              if args.master is None else
              ["## Fleet on a Spark cluster: the Connect server in front of a standalone cluster (issue 53, item 4)", "",
               "The same fleet with one change, the Connect server's `--master`: its jobs' executors run on a Spark "
@@ -617,7 +630,7 @@ def section(rows: list[dict], args, command: str, warning: str | None, smoke: bo
             f"{_f(r['cpu_s_per_batch'])} | {_f(r['parse_s']['p50'])} / {_f(r['parse_s']['max'])} | "
             f"{_f(r['poll_cycle_s']['p50'], '{:.2f}')} / {_f(r['poll_cycle_s']['p95'], '{:.2f}')} | "
             f"{ms(r['ledger_write_s']['p50'])} / {ms(r['ledger_write_s']['p95'])} |")
-    services = [s for s in SERVICES if any(s in r["cpu_s"] for r in rows)]
+    services = measured_services(rows)
     lines += ["", "CPU-seconds over the window (per batch in brackets) and peak RSS (MiB) of each service's process tree:",
               "", "| N | batches | " + " | ".join(services) + " | all | one task process, peak RSS (MiB) |",
               "| ---: | ---: | " + " | ".join("---:" for _ in services) + " | ---: | ---: |"]
@@ -676,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--api-port", type=int, default=int(os.environ.get("FLEET_API_PORT", "18390")))
     parser.add_argument("--connect-port", type=int, default=int(os.environ.get("FLEET_CONNECT_PORT", "15390")))
     parser.add_argument("--smoke", action="store_true", help="mark the section as a smoke run")
+    parser.add_argument("--section", default=None, help="the docs/benchmarks.md section (default fleet, or "
+                        "fleet-cluster with --master) and the work folder's name")
+    parser.add_argument("--title", default=None, help="the section's heading")
     parser.add_argument("--allow-load", action="store_true")
     parser.add_argument("--docs", default=str(PROJECT_ROOT / "docs"))
     parser.add_argument("--from-results", default=None, help="write the section again from a results.json (and the "
@@ -745,7 +761,7 @@ def finish(rows: list[dict], args, command: str, warning: str | None, console: C
                       _f(None if r["ledger_write_s"]["p95"] is None else r["ledger_write_s"]["p95"] * 1000, "{:.0f}"))
     console.print(table)
     services = Table(title="CPU-s over the window / peak RSS MiB, per service")
-    names = [s for s in SERVICES if any(s in r["cpu_s"] for r in rows)]
+    names = measured_services(rows)
     for col in ("N", "batches", *names):
         services.add_column(col, justify="right")
     for r in rows:
