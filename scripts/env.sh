@@ -23,7 +23,7 @@ export AIRFLOW__LOGGING__LOGGING_LEVEL="${AIRFLOW__LOGGING__LOGGING_LEVEL:-INFO}
 export AIRFLOW__OPENLINEAGE__DISABLED="${AIRFLOW__OPENLINEAGE__DISABLED:-True}"
 # Runs the lag triggers ask for are created at most this many per scheduler loop, and Airflow picks
 # them in no fixed order (asset-triggered DAGs have no next run date to sort by): below the number
-# of lag-triggered pipelines, the same ones win every loop and the others starve (docs/architecture.md,
+# of lag-triggered pipelines, the same ones are served first every loop (docs/architecture.md,
 # "A fleet on one Airflow"; offsetbatch doctor checks it).
 export AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP="${AIRFLOW__SCHEDULER__MAX_DAGRUNS_TO_CREATE_PER_LOOP:-1000}"
 

@@ -1,6 +1,6 @@
 """``offsetbatch doctor`` checks that the scheduler creates a run for every lag-triggered pipeline
-that wants one in one loop: below that, Airflow serves the same pipelines first every loop (the
-fleet benchmark at 100 pipelines: 2 to 5 batches each in 10 minutes, docs/benchmarks.md)."""
+that wants one in one loop: below that, Airflow creates the same pipelines' runs first every loop
+(docs/architecture.md, "A fleet on one Airflow")."""
 
 from __future__ import annotations
 
