@@ -591,7 +591,7 @@ def section(rows: list[dict], args, command: str, warning: str | None, smoke: bo
              if args.master is None else
              ["## Fleet on a Spark cluster: the Connect server in front of a standalone cluster (issue 53, item 4)", "",
               "The same fleet with one change, the Connect server's `--master`: its jobs' executors run on a Spark "
-              "standalone cluster's worker (1 worker of 2 cores and 2 GiB, as `offsetbatch-stack spark-cluster start` "
+              "standalone cluster's worker (1 worker of 2 cores and 2 GiB, as `offsetbatch-stack spark start` "
               "makes one) instead of in its own JVM. On one machine the cluster adds processes, not cores: this run "
               "shows what the knob costs and that the fleet keeps its promise there; the cores come when the "
               "workers are other machines.", ""])
