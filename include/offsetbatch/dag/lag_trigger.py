@@ -270,9 +270,8 @@ class _Reader:
         return self.pipeline is not None
 
     def _open_ledger(self) -> None:
-        from offsetbatch.ledger.errors import LedgerMissingError
-
         from offsetbatch.ledger import shared
+        from offsetbatch.ledger.errors import LedgerMissingError
 
         if self.ledger is None:
             try:  # one engine per ledger database for every trigger of the triggerer (ledger.shared)

@@ -1,7 +1,7 @@
 """One open ``Ledger`` per database URL in a long-lived process, shared by its users.
 
-The triggerer runs a lag trigger per pipeline, each keeping its ledger open between polls. Each
-its own, N pipelines on one ledger database would hold N engines and at least N idle connections
+The triggerer runs a lag trigger per pipeline, each keeping its ledger open between polls. With an
+engine each, N pipelines on one ledger database would hold N engines and at least N idle connections
 (PostgreSQL's default ``max_connections`` is 100: a fleet of 100 would use them all before a task
 opened one). Shared, they hold one engine, whose pool bounds the connections (SQLAlchemy's
 ``QueuePool``: 5 kept, 15 at most), and the schema is checked once per database, not per trigger.

@@ -79,7 +79,7 @@ def _connect_server(conn_id: str) -> str:
 def _runs_created_per_loop(triggered: int) -> str:
     """Airflow creates at most ``scheduler.max_dagruns_to_create_per_loop`` runs a loop and orders
     asset-triggered DAGs by nothing (their next run date is empty): with fewer than the
-    lag-triggered pipelines, the same ones get their runs every loop and the rest wait behind them."""
+    lag-triggered pipelines, the same ones get their runs first every loop and the rest wait."""
     from airflow.configuration import conf
 
     per_loop = conf.getint("scheduler", "max_dagruns_to_create_per_loop")
@@ -174,8 +174,8 @@ def run_checks(pipelines: dict[str, Pipeline]) -> list[Check]:
                            '"extra":{"deploy-mode":"client"}}\' (scripts/env.sh does)'))
     for conn_id in sorted(connect_conns):
         checks.append(_run(f"spark connect server of {conn_id}", lambda c=conn_id: _connect_server(c),
-                           "define the connection, e.g. AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='spark-connect://"
-                           "127.0.0.1:15002' (scripts/env.sh does), and start the server ('offsetbatch-stack "
+                           "define the connection, e.g. AIRFLOW_CONN_SPARK_CONNECT_DEFAULT='{\"conn_type\":"
+                           "\"spark_connect\",\"host\":\"127.0.0.1\",\"port\":15002}' (scripts/env.sh does), and start the server ('offsetbatch-stack "
                            "spark-connect start' locally), or set spark.runner: spark-submit"))
     triggered = sorted(name for name, p in pipelines.items() if p.cfg.airflow.trigger is not None)
     if triggered:
