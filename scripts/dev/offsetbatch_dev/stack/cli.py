@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kafka-bootstrap", default=None,
                    help="a broker the warm-up job's Kafka source meets (default: the stack's broker, when running)")
     p.add_argument("--no-warm-up", dest="warm", action="store_false",
-                   help="hand the server over cold (its first job then pays the class loading: ~9 s)")
+                   help="hand the server over cold (its first job then pays the class loading: ~8 s here)")
     p = sub.add_parser("s3", help="manage a local S3 API server (S3Proxy)")
     p.add_argument("action", choices=["start", "stop", "status"])
     p.add_argument("--port", type=int, default=int(os.environ.get("S3_PORT", S3_PORT)),

@@ -73,7 +73,10 @@ WARM_UP = (
     "if sys.argv[3]:\n"
     "    try:\n"
     "        spark.read.format('kafka').option('kafka.bootstrap.servers', sys.argv[3])"
-    ".option('subscribePattern', '__offsetbatch_warm_up_matches_no_topic').load().count()\n"
+    ".option('subscribePattern', '__offsetbatch_warm_up_matches_no_topic')"
+    # a broker that does not answer fails the read in seconds, not after the admin client's minutes
+    ".option('kafka.default.api.timeout.ms', '5000').option('kafka.request.timeout.ms', '5000')"
+    ".option('fetchOffset.numRetries', '1').load().count()\n"
     "    except Exception as exc:\n"  # a broker that wants credentials: the warm-up skips Kafka, says so
     "        print(f'warm-up: Kafka source not warmed ({type(exc).__name__})', file=sys.stderr)\n"
     # pyspark releases each query's results on the server from a thread pool, after the call: the
@@ -203,6 +206,9 @@ class SparkConnectServer:
             raise SparkConnectError(f"the Spark Connect server on {self.url} answers but failed its warm-up job "
                                     f"({lines[-1] if lines else res.returncode}); see {self.log_file}:\n"
                                     f"{tail(self.log_file)}")
+        for line in res.stderr.splitlines():  # what the warm-up skipped (Kafka), said, not dropped
+            if line.startswith("warm-up:"):
+                log.warning("spark connect server on %s: %s", self.url, line)
 
     def wait_ready(self, timeout: float, proc: subprocess.Popen | None = None) -> None:
         """Until the gRPC port accepts connections and ``spark.range(1).count()`` answers 1."""
