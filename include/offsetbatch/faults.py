@@ -16,6 +16,12 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
                               upsert mode the rows' table is the table of changes, so this is
                               before the upserted table's snapshot
     commit.after_iceberg_upsert      (iceberg sink, upsert mode) after the upserted table's snapshot
+    commit.delta_checked      (delta sink) a table read and found without the batch, its commit not
+                              yet sent: a second writer paused here races the first
+    commit.after_delta_commit        (delta sink) after each table's Delta commit (rows, then rejected
+                              records), before the ledger marks the batch published; in upsert
+                              mode the rows' table is the table of changes
+    commit.after_delta_upsert        (delta sink, upsert mode) after the upserted table's merge commit
     commit.manifest_published (files sink on an object store) the batch's manifest is published, the
                               batch's other attempts and the replaced folder not yet deleted, the
                               ledger not yet marking the batch published
@@ -41,6 +47,8 @@ exactly-once tests set it to crash a run at one boundary and then prove a rerun 
     maintain.iceberg_expired  (iceberg maintenance) the expiry is committed, the files only the
                               expired snapshots referenced not yet deleted (their intent file lists them)
     maintain.iceberg_deleting (iceberg maintenance) after the first file of an expiry intent is deleted
+    maintain.delta_archive_written   (delta maintenance) the markers archive is written, the checkpoint
+                              and the log cleanup not done
 
 A point fails by raising ``InjectedFault`` (the process unwinds: transactions roll back cleanly).
 ``point:kill`` instead SIGKILLs the process at that point, as the OOM killer or a lost node would:

@@ -13,6 +13,7 @@ from typing import Any
 
 from offsetbatch.sinks.base import (SINKS, KeepsManifests, Maintained, PublishesAfterLedgerCommit, PublishesInLedgerTransaction,
                                     Sink, SinkSettings, StagedOutput, StagedSettings, TableSettings, register_sink)
+from offsetbatch.sinks.delta import DeltaSink
 from offsetbatch.sinks.files import FilesSink
 from offsetbatch.sinks.iceberg import IcebergSink
 from offsetbatch.sinks.kafka import KafkaSink
@@ -24,6 +25,7 @@ register_sink(FilesSink)
 register_sink(PostgresSink)
 register_sink(IcebergSink)
 register_sink(KafkaSink)
+register_sink(DeltaSink)
 
 
 def settings_for(value: Any) -> SinkSettings:

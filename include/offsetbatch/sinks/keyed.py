@@ -12,11 +12,15 @@ rows delete their key.
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from offsetbatch.errors import SinkSchemaError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RECORD_COLUMNS = ("kafka_topic", "kafka_partition", "kafka_offset")  # a change's place in Kafka
@@ -115,3 +119,70 @@ def check_staged(settings: KeyedSettings, dtypes: dict[str, str], where: str) ->
         raise SinkSchemaError(f"{where}: delete_column {settings.delete_column!r} is {kind}, not boolean; make "
                               f"the transform give true for a row that deletes its key (e.g. op = 'd'). Nothing "
                               f"was committed.")
+
+
+@dataclass(frozen=True)
+class UpsertRule:
+    """What identifies a row and which of its changes is newer (the sink's settings)."""
+
+    key: Sequence[str]
+    version_column: str | None = None
+    delete_column: str | None = None
+
+    @property
+    def order(self) -> list[tuple[str, str]]:
+        """Sort keys: each key's newest change first."""
+        return [(k, "ascending") for k in self.key] + [(c, "descending") for c in newest_first(self.version_column)]
+
+
+def newest_per_key(candidates: "pa.Table", rule: UpsertRule) -> "pa.Table":
+    """Each key's newest change among ``candidates`` (deletes included), by ``rule.order``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ordered = candidates.sort_by(rule.order)
+    if ordered.num_rows == 0:
+        return ordered
+    first = pa.array([True] + [False] * (ordered.num_rows - 1))
+    for k in rule.key:
+        col = ordered.column(k)
+        differs = pc.not_equal(col.slice(1), col.slice(0, ordered.num_rows - 1))
+        first = pc.or_(first, pa.concat_arrays([pa.array([True]), differs.combine_chunks()]))
+    return ordered.filter(first)
+
+
+def check_changes(candidates: "pa.Table", rule: UpsertRule, where: str) -> None:
+    """A NULL key or version orders nothing; without a version, a key's changes must come from
+    one partition. Refused, naming the record, as the PostgreSQL sink does."""
+    import pyarrow.compute as pc
+
+    refuse_nulls(candidates, [*rule.key, *([rule.version_column] if rule.version_column else [])], where)
+    if rule.version_column or candidates.num_rows == 0:
+        return
+    places = candidates.group_by(list(rule.key)).aggregate([("kafka_partition", "count_distinct"),
+                                                            ("kafka_topic", "count_distinct")])
+    spread = places.filter(pc.or_(pc.greater(places.column("kafka_partition_count_distinct"), 1),
+                                  pc.greater(places.column("kafka_topic_count_distinct"), 1)))
+    if spread.num_rows:
+        shown = ", ".join(f"{k}={spread.column(k)[0].as_py()!r}" for k in rule.key)
+        raise SinkSchemaError(
+            f"{where}: key ({shown}) has changes in more than one partition; offsets order a key's changes only "
+            f"within one partition, so which is newer is unknown. The table was not changed. Set sink.version_column "
+            f"to a column of the transform's output that orders a key's changes (Debezium's source.lsn or ts_ms, an "
+            f"updated_at), then replay the batch.")
+
+
+def refuse_nulls(rows: "pa.Table", columns: Sequence[str], where: str) -> None:
+    """A change whose key (or version) is NULL, which no key filter finds again, refuses the
+    refresh, naming its record."""
+    import pyarrow.compute as pc
+
+    for column in columns:
+        nulls = pc.is_null(rows.column(column))
+        if pc.any(nulls).as_py():
+            row = rows.filter(nulls).slice(0, 1).to_pylist()[0]
+            raise SinkSchemaError(
+                f"{where}: the row of {row['kafka_topic']}/{row['kafka_partition']} offset {row['kafka_offset']} has "
+                f"NULL in {column}, which the upsert needs to know the row's key and which change is newer. The table "
+                f"was not changed; no retry changes it. Filter such rows out in the transform (WHERE {column} IS NOT "
+                f"NULL) or give them a value, then replay the batch.")

@@ -89,6 +89,12 @@ def read_json_if_exists(uri: str) -> Any | None:
         return None
 
 
+def read_bytes(uri: str) -> bytes:
+    """A whole (small) file's bytes."""
+    with _fs_of(uri) as (fs, path), fs.open(path, "rb") as f:
+        return f.read()
+
+
 def write_json(uri: str, obj: Any) -> None:
     """Readers never see half a file: on a disk, a temporary name and a rename; on an object
     store, one PUT (an object appears whole or not at all)."""
@@ -207,12 +213,12 @@ def open_write(uri: str) -> Iterator[Any]:
             yield f
 
 
-def read_parquet(uri: str):
-    """The Arrow table of one Parquet file."""
+def read_parquet(uri: str, columns: list[str] | None = None):
+    """The Arrow table of one Parquet file (of ``columns`` only, when given)."""
     import pyarrow.parquet as pq
 
     with _fs_of(uri) as (fs, path), fs.open(path, "rb") as f:
-        return pq.read_table(f)
+        return pq.read_table(f, columns=columns)
 
 
 def parquet_rows(uri: str) -> int:

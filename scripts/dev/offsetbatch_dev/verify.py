@@ -249,3 +249,30 @@ def check_iceberg(catalog_url: str, identifier: str, valid_ids: set[str],
     rejected = (iceberg_rows(catalog_url, f"{identifier}_rejected", ["kafka_partition", "kafka_offset"],
                              catalog_name=catalog_name, **properties) if malformed is not None else None)
     return _report(ids, rejected, valid_ids, malformed, ledger, pipeline)
+
+
+# ---- the delta sink: read with Polars (not the sink's code, nor delta-rs's scan) ---------------
+
+def delta_rows(location: str, columns: list[str], version: int | None = None,
+               storage_options: dict[str, str] | None = None) -> list[tuple]:
+    """Rows of the table's current (or a given) version, through Polars' Delta reader (``[]`` when
+    the table does not exist)."""
+    import polars as pl
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(location, storage_options=storage_options):
+        return []
+    frame = pl.read_delta(location, version=version, columns=columns, storage_options=storage_options)
+    return list(frame.iter_rows())
+
+
+def check_delta(location: str, valid_ids: set[str], malformed: list[tuple[int, int]] | None = None,
+                ledger: Ledger | None = None, pipeline: str | None = None,
+                storage_options: dict[str, str] | None = None) -> Report:
+    """``check`` for a delta sink: ids in the table's current version, malformed records in
+    ``<table>_rejected``, both read with Polars."""
+    ids = [r[0] for r in delta_rows(location, ["event_id"], storage_options=storage_options)]
+    rejected = (delta_rows(f"{location}_rejected", ["kafka_partition", "kafka_offset"], storage_options=storage_options)
+                if malformed is not None else None)
+    return _report(ids, rejected, valid_ids, malformed, ledger, pipeline)
+

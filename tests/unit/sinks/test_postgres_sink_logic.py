@@ -164,5 +164,5 @@ def test_sinks_without_upserts_refuse_mode_upsert_naming_the_sink_that_has_it(tm
         load_config(path)
     kind = sink.get("type", "files")
     assert (f"sink type '{kind}' has no 'mode': it keeps every record of every batch. Keyed upserts and deletes "
-            f"(mode: upsert, key: [...]) are in the iceberg and postgres sinks; remove sink.mode, or use one of them") \
+            f"(mode: upsert, key: [...]) are in the delta, iceberg and postgres sinks; remove sink.mode, or use one of them") \
         in str(err.value)

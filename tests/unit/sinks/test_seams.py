@@ -32,7 +32,7 @@ def test_files_is_the_default_sink(tmp_path):
 
 
 def test_an_unknown_sink_type_names_the_field_and_the_known_types(tmp_path):
-    with pytest.raises(ConfigError, match=r"field 'sink': .*sink type 'warehouse' is not one of files"):
+    with pytest.raises(ConfigError, match=r"field 'sink': .*sink type 'warehouse' is not one of delta, files"):
         _load(tmp_path, sink={"type": "warehouse", "path": "/x"})
 
 

@@ -91,8 +91,8 @@ def test_no_module_imports_a_floor_above_its_own_or_beside_it():
 # (none imports another sink), then the seam every sink builds on, then what the seam is made of.
 SINK_FLOORS: list[tuple[str, ...]] = [
     ("sinks",),
-    ("files", "iceberg", "kafka", "postgres"),
-    ("base", "keyed"),
+    ("delta", "files", "iceberg", "kafka", "postgres"),
+    ("base", "keyed", "markers"),
     ("staging", "uris", "rejected_files", "maintenance"),
 ]
 SINK_FLOOR = {room: depth for depth, rooms in enumerate(SINK_FLOORS) for room in rooms}

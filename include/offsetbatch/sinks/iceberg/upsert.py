@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from offsetbatch.errors import SinkSchemaError
-from offsetbatch.sinks.keyed import RECORD_COLUMNS, newest_first
+from offsetbatch.sinks.keyed import RECORD_COLUMNS, UpsertRule, check_changes, newest_per_key, refuse_nulls  # noqa: F401
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,20 +42,6 @@ log = logging.getLogger(__package__)
 
 CHANGES_SNAPSHOT = "offsetbatch.changes-snapshot"
 KEY_PROPERTY = "offsetbatch.upsert-key"  # the upserted table's key (a JSON list), set by its first refresh
-
-
-@dataclass(frozen=True)
-class UpsertRule:
-    """What identifies a row and which of its changes is newer (the sink's settings)."""
-
-    key: Sequence[str]
-    version_column: str | None = None
-    delete_column: str | None = None
-
-    @property
-    def order(self) -> list[tuple[str, str]]:
-        """Sort keys: each key's newest change first."""
-        return [(k, "ascending") for k in self.key] + [(c, "descending") for c in newest_first(self.version_column)]
 
 
 @dataclass(frozen=True)
@@ -127,14 +113,13 @@ def touched_keys(changes: "Table", before: int | None, after: int, rule: UpsertR
     if not parts:
         return pa.table({k: pa.array([], pa.int64()) for k in rule.key})
     found = pa.concat_tables(parts, promote_options="permissive")
-    _refuse_nulls(found, rule.key, where)
+    refuse_nulls(found, rule.key, where)
     return found.select(list(rule.key)).group_by(list(rule.key)).aggregate([])
 
 
 def newest_changes(changes: "Table", snapshot_id: int, keys: "pa.Table", rule: UpsertRule, where: str) -> "pa.Table":
     """Each of ``keys``' newest change in snapshot ``snapshot_id`` (deletes included)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     from pyiceberg.table.upsert_util import create_match_filter
 
     if keys.num_rows == 0:
@@ -142,51 +127,8 @@ def newest_changes(changes: "Table", snapshot_id: int, keys: "pa.Table", rule: U
     reader = changes.scan(snapshot_id=snapshot_id, row_filter=create_match_filter(keys, list(rule.key))) \
         .to_arrow_batch_reader()
     candidates = pa.Table.from_batches(list(reader), schema=reader.schema)
-    _check(candidates, rule, where)
-    ordered = candidates.sort_by(rule.order)
-    if ordered.num_rows == 0:
-        return ordered
-    first = pa.array([True] + [False] * (ordered.num_rows - 1))
-    for k in rule.key:
-        col = ordered.column(k)
-        differs = pc.not_equal(col.slice(1), col.slice(0, ordered.num_rows - 1))
-        first = pc.or_(first, pa.concat_arrays([pa.array([True]), differs.combine_chunks()]))
-    return ordered.filter(first)
-
-
-def _check(candidates: "pa.Table", rule: UpsertRule, where: str) -> None:
-    """A NULL key or version orders nothing; without a version, a key's changes must come from
-    one partition. Refused, naming the record, as the PostgreSQL sink does."""
-    import pyarrow.compute as pc
-
-    _refuse_nulls(candidates, [*rule.key, *([rule.version_column] if rule.version_column else [])], where)
-    if rule.version_column or candidates.num_rows == 0:
-        return
-    places = candidates.group_by(list(rule.key)).aggregate([("kafka_partition", "count_distinct"),
-                                                            ("kafka_topic", "count_distinct")])
-    spread = places.filter(pc.or_(pc.greater(places.column("kafka_partition_count_distinct"), 1),
-                                  pc.greater(places.column("kafka_topic_count_distinct"), 1)))
-    if spread.num_rows:
-        shown = ", ".join(f"{k}={spread.column(k)[0].as_py()!r}" for k in rule.key)
-        raise SinkSchemaError(
-            f"{where}: key ({shown}) has changes in more than one partition; offsets order a key's changes only "
-            f"within one partition, so which is newer is unknown. The table was not changed. Set sink.version_column "
-            f"to a column of the transform's output that orders a key's changes (Debezium's source.lsn or ts_ms, an "
-            f"updated_at), then replay the batch.")
-
-
-def _refuse_nulls(rows: "pa.Table", columns: Sequence[str], where: str) -> None:
-    import pyarrow.compute as pc
-
-    for column in columns:
-        nulls = pc.is_null(rows.column(column))
-        if pc.any(nulls).as_py():
-            row = rows.filter(nulls).slice(0, 1).to_pylist()[0]
-            raise SinkSchemaError(
-                f"{where}: the row of {row['kafka_topic']}/{row['kafka_partition']} offset {row['kafka_offset']} has "
-                f"NULL in {column}, which the upsert needs to know the row's key and which change is newer. The table "
-                f"was not changed; no retry changes it. Filter such rows out in the transform (WHERE {column} IS NOT "
-                f"NULL) or give them a value, then replay the batch.")
+    check_changes(candidates, rule, where)
+    return newest_per_key(candidates, rule)
 
 
 def refresh(catalog, changes_ident: tuple[str, str], view_ident: tuple[str, str], rule: UpsertRule, where: str,
