@@ -278,3 +278,95 @@ def test_upsert_newest_version_wins_in_any_replay_order_and_deletes_stay_deleted
     append = _sink(tmp_path)
     with pytest.raises(SinkSchemaError, match="is an upserted table"):
         append.check_writable()
+
+
+RACE = ("import json, logging, sys\nfrom offsetbatch.sinks.delta import DeltaSettings, DeltaSink\nlogging.basicConfig(level=logging.INFO)\n"
+        "DeltaSink('lake', DeltaSettings(**json.loads(sys.argv[1]))).publish(1, 1, sys.argv[2])\n")
+
+
+@pytest.mark.parametrize("where", ["disk", "s3"])
+def test_two_writers_of_one_batch_race_and_it_is_in_the_table_once(where, tmp_path, request, monkeypatch):
+    """Two executions of one batch (a task delivered twice, each with its own staged attempt) publish
+    at once: A stops between its check and its commit, B publishes the batch (and removes its
+    staging, A's attempt too), A checks again and adds nothing: the batch is in the table once. A
+    commit that meets another writer's version is the first test's case. On S3Proxy too."""
+    settings = {"staging": str(tmp_path / "staging"), "table": str(tmp_path / "t")}
+    env = {**os.environ}
+    options = None
+    if where == "s3":
+        from test_object_storage import CONN_ID, _bucket
+
+        from offsetbatch.sinks.delta.table import storage_options
+
+        server = request.getfixturevalue("s3_server")
+        conn = json.dumps(server.connection())
+        monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", conn)
+        env[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = conn
+        root = f"s3://{_bucket(server, request)}"
+        settings = {"staging": f"{root}/staging", "table": f"{root}/t", "storage_conn_id": CONN_ID}
+    from offsetbatch.sinks.delta import DeltaSettings, DeltaSink
+
+    sink = DeltaSink("lake", DeltaSettings(**settings))
+    if where == "s3":
+        options = storage_options(sink.settings)
+    first = _stage_remote(sink, tmp_path, "x1") if where == "s3" else _rename_attempt(sink, _stage_files(sink, 1, 1, [0, 1], 0), "x1")
+    second = _stage_remote(sink, tmp_path, "y1") if where == "s3" else _rename_attempt(sink, _stage_files(sink, 1, 1, [0, 1], 0), "y1")
+    faults_dir = tmp_path / "faults"
+    faults_dir.mkdir()
+    a = subprocess.Popen([sys.executable, "-c", RACE, json.dumps(settings), first],
+                         env={**env, "OFFSETBATCH_FAULTS": "commit.delta_checked:pause",
+                              "OFFSETBATCH_FAULTS_DIR": str(faults_dir)},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_for(faults_dir / "commit.delta_checked.paused", a)
+    b = subprocess.run([sys.executable, "-c", RACE, json.dumps(settings), second], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert b.returncode == 0, b.stdout[-3000:] + b.stderr[-3000:]
+    (faults_dir / "commit.delta_checked.resume").touch()
+    out, _ = a.communicate(timeout=300)
+    assert a.returncode == 0, out[-3000:]
+    # B removed every attempt of the batch once published, so A finds its own staged files gone
+    # (on the disk and the bucket alike) before its commit; either way A checks the table again
+    assert "staged files gone" in out and "already holds this batch" in out, out[-3000:]
+    location = settings["table"]
+    ids = [e for (e,) in verify.delta_rows(location, ["event_id"], storage_options=options)]
+    assert len(ids) == len(set(ids)) == 20
+    from deltalake import DeltaTable
+
+    history = DeltaTable(location, storage_options=options).history()
+    assert [h.get("offsetbatch.batch-id") for h in history] == ["1"]  # one commit of batch 1, B's
+
+
+def _rename_attempt(sink, attempt: str, new: str) -> str:
+    """The staged attempt moved to another attempt id (a second execution of the batch)."""
+    import shutil
+
+    from offsetbatch.jobspec import Manifest
+
+    old_dir, new_dir = Path(sink.staging.attempt(1, attempt)), Path(sink.staging.attempt(1, new))
+    shutil.move(old_dir, new_dir)
+    m = Manifest.load(str(new_dir / "_manifest.json"))
+    m.data_files = [f.replace(f"attempt={attempt}", f"attempt={new}") for f in m.data_files]
+    m.attempt = new
+    m.save(str(new_dir / "_manifest.json"))
+    return new
+
+
+def _stage_remote(sink, tmp_path: Path, attempt: str) -> str:
+    """``_stage_files`` on the disk, then copied to the sink's staging on the bucket."""
+    from offsetbatch import storage
+    from offsetbatch.jobspec import Manifest
+    from offsetbatch.sinks.delta import DeltaSettings, DeltaSink
+
+    local = DeltaSink("lake", DeltaSettings(staging=str(tmp_path / attempt), table=str(tmp_path / "unused")))
+    staged = _stage_files(local, 1, 1, [0, 1], 0)
+    m = Manifest.load(local.staging.staging_manifest(1, staged))
+    files = []
+    for f in m.data_files:
+        rest = f.split(f"attempt={staged}/", 1)[1]
+        dst = f"{sink.staging.attempt(1, attempt)}/{rest}"
+        with storage.open_write(dst) as out:
+            out.write(Path(f).read_bytes())
+        files.append(dst)
+    m.data_files, m.attempt = files, attempt
+    m.save(sink.staging.staging_manifest(1, attempt))
+    return attempt
