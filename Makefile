@@ -7,6 +7,7 @@ SHELL := /bin/bash
 help:
 	@echo "make demo    install everything, then run the sample pipeline end to end (embedded defaults)"
 	@echo "             make demo SINK=iceberg: its Iceberg variant (one snapshot per batch, read back with pyiceberg)"
+	@echo "             make demo SINK=delta: its Delta Lake variant (one Delta commit per batch, read back with Polars)"
 	@echo "             make demo FORMAT=avro: on Confluent-framed Avro (two schema versions, prefix and header forms;"
 	@echo "             a stand-in schema registry, tests/schema_registry_server.py, runs for the demo)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration, then test-deploy)"
@@ -16,6 +17,7 @@ help:
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"
 	@echo "make bench-growth  a ledger grown to 100,000 batches and each sink to 2,880, with maintenance (issue 43; about 25 min): docs/benchmarks.md"
 	@echo "make bench-fleet  N = 10, 50, 100 pipelines under lag triggers on one Airflow (issue 53; about 50 min): docs/benchmarks.md"
+	@echo "make bench-delta  the delta sink's commit beside iceberg and files, and 2,880 batches with maintenance (about 10 min)"
 	@echo "make bench-cluster  the job on a Spark standalone cluster vs local[*], planning at 10,000 partitions (about 15 min)"
 	@echo "make setup   install only (idempotent)"
 	@echo "make stack-up / stack-down / stack-wipe   local Kafka broker, PostgreSQL and Spark Connect server"
@@ -47,6 +49,10 @@ bench-ui: setup
 .PHONY: bench-growth
 bench-growth: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench.growth $(BENCH_ARGS)
+
+.PHONY: bench-delta
+bench-delta: setup
+	@. scripts/env.sh && python -m offsetbatch_dev.bench.delta_sink $(BENCH_ARGS)
 
 bench-fleet: setup
 	@. scripts/env.sh && python -m offsetbatch_dev.bench.fleet $(BENCH_ARGS)

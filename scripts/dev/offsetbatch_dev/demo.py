@@ -9,7 +9,9 @@ DAGs parsed and its in-process execution API started once (about 10 s of a 2-cor
 ``airflow dags test`` process pays before its first task), so a run's time is the DAG run's own.
 
 ``DEMO_SINK=iceberg`` (``make demo SINK=iceberg``) runs the Iceberg variant instead
-(``include/pipelines/iceberg``): the table is read back with pyiceberg, snapshot by snapshot.
+(``include/pipelines/iceberg``): the table is read back with pyiceberg, snapshot by snapshot;
+``DEMO_SINK=delta`` the Delta Lake variant (``include/pipelines/delta``), read back with Polars and
+its commits listed from the Delta log.
 
 ``DEMO_FORMAT=avro`` (``make demo FORMAT=avro``) runs it on Confluent-framed Avro values instead
 (``offsetbatch_dev.demo_avro``): a stand-in schema registry in a subprocess, the events written by
@@ -57,6 +59,9 @@ def _reset(cfg, ledger: Ledger, bootstrap: str) -> None:
     storage.remove(cfg.sink.root)
     if cfg.sink.type == "iceberg":
         _drop_iceberg_tables(cfg)
+    if cfg.sink.type == "delta":
+        for location in (cfg.sink.table, cfg.sink.rejected_table):
+            storage.remove(location)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
         present = set(admin.list_topics()) & set(cfg.kafka.topics)
@@ -108,11 +113,12 @@ def _pipeline() -> str:
         return str(config)
     if os.environ.get("DEMO_SINK", "") in ("", "files"):
         return str(PIPELINES_DIR / "sample_events.yaml")
-    if os.environ["DEMO_SINK"] != "iceberg":
-        raise SystemExit(f"DEMO_SINK (make demo SINK=...) is 'files' or 'iceberg', not {os.environ['DEMO_SINK']!r}")
-    variant = PIPELINES_DIR / "iceberg"
+    sink = os.environ["DEMO_SINK"]
+    if sink not in ("iceberg", "delta"):
+        raise SystemExit(f"DEMO_SINK (make demo SINK=...) is 'files', 'iceberg' or 'delta', not {sink!r}")
+    variant = PIPELINES_DIR / sink
     _install(variant)
-    return str(variant / "sample_events_iceberg.yaml")
+    return str(variant / f"sample_events_{sink}.yaml")
 
 
 class DagRuns:
@@ -235,6 +241,15 @@ def main() -> int:
                           f"(ids vs produced ids, {cfg.sink.table}_rejected vs malformed offsets)")
             result = verify.check_iceberg(url, ".".join(cfg.sink.identifier), produced.valid_ids, produced.malformed,
                                           ledger, cfg.name)
+        elif cfg.sink.type == "delta":
+            from deltalake import DeltaTable
+
+            for h in reversed(DeltaTable(cfg.sink.table).history()):
+                console.print(f"   version {h['version']} ({h['operation']}): batch {h.get('offsetbatch.batch-id')}, "
+                              f"{h.get('offsetbatch.rows-out')} rows, ranges {h.get('offsetbatch.ranges', '')[:100]}…")
+            console.print(f"[bold]5.[/] Exactly-once check of {cfg.sink.table}, read with Polars (ids vs produced ids, "
+                          f"{cfg.sink.rejected_table} vs malformed offsets)")
+            result = verify.check_delta(cfg.sink.table, produced.valid_ids, produced.malformed, ledger, cfg.name)
         else:
             per_batch = verify.output_batches(cfg.sink.path)
             console.print(f"   output rows per batch in {cfg.sink.path}: "

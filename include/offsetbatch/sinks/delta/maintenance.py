@@ -10,12 +10,13 @@ of changes; ``<table>_rejected``; in upsert mode the upserted table), in this or
    no batch marker; the application transactions are table state and stay. Replacing a batch
    afterwards rewrites the files holding several batches' rows (delta-rs's ``replaceWhere``).
 2. ``delta.vacuum``: files no version younger than ``retain`` references, and files no version
-   ever referenced (a commit that lost a race, a killed one) older than ``retain``, are deleted.
+   ever referenced (a commit that lost a race, a killed one) older than ``retain``, are deleted;
+   delta-rs takes whole hours, so ``retain`` is rounded up to one.
    ``retain`` is at least ``in_flight_grace`` (``MaintenanceSettings``), so a commit writing its
    files now keeps them. Vacuum skips ``_offsetbatch/``, where the markers archive lives.
 3. ``delta.clean-log``: the markers of every log entry a cleanup may delete (those before the new
    checkpoint) are folded into a new archive file (``markers``, *The archive*), then a checkpoint is
-   written, the table's ``delta.logRetentionDuration`` set to ``retain`` and delta-rs's
+   written, the table's ``delta.logRetentionDuration`` set to ``retain`` (seconds) and delta-rs's
    ``cleanup_metadata`` deletes the log entries older than it. A pass killed after the archive
    leaves entries both in the archive and the log: readers skip the log's up to the archive's
    version, so nothing is counted twice, and the next pass cleans them.
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from offsetbatch import faults, storage
 from offsetbatch.sinks.delta import markers
+from offsetbatch.sinks.delta.table import CONFIGURATION, hooks
 from offsetbatch.sinks.maintenance import Action, Horizon
 from offsetbatch.sinks.markers import encode, fold
 
@@ -81,7 +83,7 @@ def _table_actions(sink: "TableOwner", location: str, table: "DeltaTable", polic
     entries = _log_entries(location)
     if entries > 1:
         actions.append(Action(STEP_CLEAN_LOG, target, f"checkpoint at version {table.version()}, archive the "
-                              f"markers of older log entries, delete entries older than {hours} h "
+                              f"markers of older log entries, delete entries older than {policy.retain:g} s "
                               f"({entries} JSON entries now)", {"log_entries": entries},
                               partial(_clean_log, sink, location, policy)))
     return actions
@@ -106,7 +108,7 @@ def _compact(sink: "TableOwner", location: str, policy: "MaintenanceSettings") -
     from deltalake import CommitProperties
 
     table = sink.open(location)
-    metrics = table.optimize.compact(target_size=policy.target_file_size,
+    metrics = table.optimize.compact(target_size=policy.target_file_size, post_commithook_properties=hooks(),
                                      commit_properties=CommitProperties(custom_metadata=MAINTENANCE))
     log.info("pipeline %s, Delta table %s: compacted %d file(s) into %d", sink.pipeline_name, location,
              metrics.get("numFilesRemoved", 0), metrics.get("numFilesAdded", 0))
@@ -117,7 +119,7 @@ def _vacuum(sink: "TableOwner", location: str, policy: "MaintenanceSettings") ->
     from deltalake import CommitProperties
 
     deleted = sink.open(location).vacuum(retention_hours=_retention_hours(policy), dry_run=False,
-                                         enforce_retention_duration=False,
+                                         enforce_retention_duration=False, post_commithook_properties=hooks(),
                                          commit_properties=CommitProperties(custom_metadata=MAINTENANCE))
     return {"files": len(deleted)}
 
@@ -127,9 +129,9 @@ def _clean_log(sink: "TableOwner", location: str, policy: "MaintenanceSettings")
     from deltalake import CommitProperties
 
     table = sink.open(location)
-    retention = f"interval {_retention_hours(policy)} hours"
-    if table.metadata().configuration.get("delta.logRetentionDuration") != retention:
-        table.alter.set_table_properties({"delta.logRetentionDuration": retention},
+    wanted = {**CONFIGURATION, "delta.logRetentionDuration": f"interval {math.ceil(policy.retain)} seconds"}
+    if any(table.metadata().configuration.get(k) != v for k, v in wanted.items()):
+        table.alter.set_table_properties(wanted, post_commithook_properties=hooks(),
                                          commit_properties=CommitProperties(custom_metadata=MAINTENANCE))
         table = sink.open(location)
     version = table.version()

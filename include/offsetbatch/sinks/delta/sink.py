@@ -23,7 +23,7 @@ from offsetbatch.sinks.base import (KeepsManifests, Maintained, PublishesAfterLe
                                     StagedOutput)
 from offsetbatch.sinks.delta import markers, schema
 from offsetbatch.sinks.delta.settings import DeltaSettings
-from offsetbatch.sinks.delta.table import delta_uri, open_table, storage_options
+from offsetbatch.sinks.delta.table import CONFIGURATION, delta_uri, hooks, open_table, storage_options
 from offsetbatch.sinks.keyed import check_staged
 from offsetbatch.sinks.markers import Published, retirement, summary
 
@@ -53,6 +53,7 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
             storage.bind_s3(settings.table, settings.storage_conn_id)
         self._options: dict[str, str] | None = None
         self._options_read = False
+        self._opened: dict[str, DeltaTable] = {}  # location -> the table, brought forward by open()
 
     @property
     def options(self) -> dict[str, str] | None:
@@ -78,7 +79,17 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
         return location_dataset(self.settings.rejected_table)
 
     def open(self, location: str) -> "DeltaTable | None":
-        return open_table(location, self.options)
+        """The table at its newest version. Loaded once per sink and then brought forward by
+        reading only the log entries after it: loading materializes every data file's entry (51 ms at
+        2,880 files), and a commit asks up to five times."""
+        table = self._opened.get(location)
+        if table is not None:
+            table.update_incremental()
+            return table
+        table = open_table(location, self.options)
+        if table is not None:
+            self._opened[location] = table
+        return table
 
     # ---- job half --------------------------------------------------------------------------
 
@@ -168,7 +179,8 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
             try:
                 if not files:  # nothing staged for this table (no rejected records): only what it replaces goes
                     if table is not None and replacing:
-                        table.delete(f"{schema.BATCH_ID} IN ({', '.join(map(str, replaced))})", commit_properties=commit)
+                        table.delete(f"{schema.BATCH_ID} IN ({', '.join(map(str, replaced))})", commit_properties=commit,
+                                     post_commithook_properties=hooks())
                     return
                 if table is not None:
                     schema.check(_arrow(table), storage.parquet_schema(files[0]), where)
@@ -179,7 +191,8 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
                     predicate=(f"{schema.BATCH_ID} IN ({', '.join(map(str, replaced))})"
                                if replacing and table is not None else None),
                     schema_mode="merge", partition_by=(self.settings.partition_by or None) if part == "data" else None,
-                    commit_properties=commit)
+                    configuration=CONFIGURATION if table is None else None, commit_properties=commit,
+                    post_commithook_properties=hooks())
             except FileNotFoundError as exc:  # a second writer of this batch published it and removed the staging
                 if attempt_no == COMMIT_ATTEMPTS:
                     raise SinkError(f"{where}: the batch's staged files are gone ({exc}) and the table does not hold "
@@ -193,7 +206,7 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
                                     f"plan publishes it. Look for a writer outside offsetbatch") from exc
                 log.warning("%s: another writer committed first (%s); checking the table again", where, exc)
                 continue
-            version = self.open(location).version()
+            version = table.version() + 1 if table is not None else 0  # no retries: the version after the checked one
             log.info("%s: version %d adds batch %d's rows (output %d)%s", where, version, batch_id, output_id,
                      f", replacing batch(es) {', '.join(map(str, replaced))}" if replacing else "")
             return
@@ -216,7 +229,7 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
         for location in (self.settings.marked_table, self.settings.rejected_table):
             table = self.open(location)
             if table is not None:
-                table.delete(f"{schema.BATCH_ID} = {int(output_id)}",
+                table.delete(f"{schema.BATCH_ID} = {int(output_id)}", post_commithook_properties=hooks(),
                              commit_properties=CommitProperties(custom_metadata=retirement(self.pipeline_name, [output_id])))
         self._refresh_upserted(None)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 from offsetbatch import storage
 
 if TYPE_CHECKING:
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, PostCommitHookProperties
 
     from offsetbatch.sinks.delta.settings import DeltaSettings
 
@@ -35,6 +35,20 @@ def storage_options(settings: "DeltaSettings") -> dict[str, str] | None:
         options["AWS_ENDPOINT_URL"] = s3.endpoint
         options["AWS_ALLOW_HTTP"] = str(s3.endpoint.startswith("http://")).lower()
     return options
+
+
+# Set on every table the sink creates: delta-rs would otherwise delete log entries past
+# ``delta.logRetentionDuration`` after any commit that writes a checkpoint, before maintenance has
+# archived the batch markers they hold (``markers``, *The archive*). Only maintenance cleans the log.
+CONFIGURATION = {"delta.enableExpiredLogCleanup": "false"}
+
+
+def hooks() -> "PostCommitHookProperties":
+    """What every commit of the sink runs after it: a checkpoint every 100 versions, never a log
+    cleanup (``CONFIGURATION``; a table created before it had no such property)."""
+    from deltalake import PostCommitHookProperties
+
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
 def open_table(location: str, options: dict[str, str] | None) -> "DeltaTable | None":

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from offsetbatch import storage
 from offsetbatch.errors import SinkError, SinkSchemaError
 from offsetbatch.sinks.delta import markers
-from offsetbatch.sinks.delta.table import delta_uri
+from offsetbatch.sinks.delta.table import CONFIGURATION, delta_uri, hooks
 from offsetbatch.sinks.keyed import RECORD_COLUMNS, UpsertRule, check_changes, newest_per_key, refuse_nulls
 
 if TYPE_CHECKING:
@@ -154,14 +154,15 @@ def refresh(sink: "TableOwner", where: str) -> None:
                     return
                 write_deltalake(delta_uri(settings.table), _nullable(live), mode="append",
                                 partition_by=settings.partition_by or None, storage_options=sink.options,
-                                description=KEY_PREFIX + json.dumps(list(settings.key)), commit_properties=commit)
+                                description=KEY_PREFIX + json.dumps(list(settings.key)), configuration=CONFIGURATION,
+                                commit_properties=commit, post_commithook_properties=hooks())
             elif source is None:
                 return  # nothing touched: the next change's merge records the version
             else:
                 on = " AND ".join(f't."{k}" = s."{k}"' for k in rule.key)
                 columns = {c: f's."{c}"' for c in source.column_names if c != DROP}
                 metrics = view.merge(_nullable(source), on, source_alias="s", target_alias="t", merge_schema=True,
-                                     commit_properties=commit) \
+                                     commit_properties=commit, post_commithook_properties=hooks()) \
                     .when_matched_delete(predicate=f's."{DROP}"') \
                     .when_matched_update(columns, predicate=f'NOT s."{DROP}"') \
                     .when_not_matched_insert(columns, predicate=f'NOT s."{DROP}"').execute()

@@ -408,6 +408,7 @@ def sink_config(work: Path, kind: str, name: str, pg_url: str | None, args) -> P
                     "table": "events", "warehouse": str(work / "warehouse"),
                     "catalog": f"sqlite:///{work}/catalog.db", "partition_by": ["day(event_time)"]},
         "postgres": {"type": "postgres", "staging": str(work / "staging" / name), "table": "public.growth_events"},
+        "delta": {"type": "delta", "staging": str(work / "staging" / name), "table": str(work / "delta" / name)},
     }
     url = pg_url if kind == "postgres" else f"sqlite:///{work}/{name}.db"
     path = work / f"{name}.yaml"
@@ -455,8 +456,9 @@ def stage(pipeline, batch_id: int, attempt: str, lo: int, rows: int, end: dateti
             "kafka_offset": pa.array([offsets[k] for k in idx], pa.int64()),
             "kafka_timestamp": pa.array([times[k] for k in idx], pa.timestamp("us", tz="UTC")),
         }
-        if kind == "iceberg":
+        if kind in ("iceberg", "delta"):
             cols["batch_id"] = pa.array([batch_id] * len(idx), pa.int64())
+        if kind == "iceberg":
             folder = data / f"_p0={(day - datetime(1970, 1, 1).date()).days}"
         elif kind == "files":
             folder = data / f"event_date={day.isoformat()}"
