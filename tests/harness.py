@@ -334,3 +334,19 @@ def when_writing(p: Pipeline, batch_id: int, action, timeout_s: float = 300) -> 
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     return t
+
+
+def assert_rebuild_matches_ledger(p: Pipeline) -> None:
+    """A ledger rebuilt from the pipeline's sink alone (``offsetbatch ledger rebuild``'s plan) has the
+    committed batches' ranges and the frontier of the ledger it replaces."""
+    from offsetbatch.commit.rebuild import plan_rebuild
+    from offsetbatch.sinks import sink_for
+
+    plan = plan_rebuild(p.name, sink_for(p.name, p.cfg.sink))
+    assert {i: [(r.topic, r.partition, r.from_offset, r.until_offset) for r in m.ranges]
+            for i, m in plan.batches.items()} == \
+        {b.batch_id: [(r.topic, r.partition, r.from_offset, r.until_offset) for r in b.ranges]
+         for b in p.ledger.list_batches(p.name, 10) if b.status == "committed"}
+    assert {(tp.topic, tp.partition): o for tp, o in plan.frontier.items()} == \
+        {(r["topic"], r["partition"]): r["next_offset"] for r in p.ledger.frontier_rows(p.name)}
+

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness import sample_sink
+from harness import assert_rebuild_matches_ledger, sample_sink
 from test_iceberg_sink import COMMIT, _stage_files, _staged_attempt
 
 from offsetbatch.config import PIPELINES_DIR, load_config
@@ -135,15 +135,7 @@ def test_kill9_at_each_commit_boundary_a_racing_writer_and_a_replay(make_pipelin
     assert not Path(sink_for(p.name, p.cfg.sink).staging.attempts(2)).exists()
 
     # a lost ledger is rebuilt from the commits' markers alone: the same ranges and frontier
-    from offsetbatch.commit.rebuild import plan_rebuild
-
-    plan = plan_rebuild(p.name, sink_for(p.name, p.cfg.sink))
-    assert {i: [(r.topic, r.partition, r.from_offset, r.until_offset) for r in m.ranges]
-            for i, m in plan.batches.items()} == \
-        {b.batch_id: [(r.topic, r.partition, r.from_offset, r.until_offset) for r in b.ranges]
-         for b in p.ledger.list_batches(p.name, 10) if b.status == "committed"}
-    assert {(tp.topic, tp.partition): o for tp, o in plan.frontier.items()} == \
-        {(r["topic"], r["partition"]): r["next_offset"] for r in p.ledger.frontier_rows(p.name)}
+    assert_rebuild_matches_ledger(p)
 
     # replay of batch 1 after a transform change with a new column: one commit replaces its rows
     pinned = DeltaTable(table).version()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from harness import sample_sink
+from harness import assert_rebuild_matches_ledger, sample_sink
 
 from offsetbatch.config import PIPELINES_DIR, load_config
 from offsetbatch_dev import verify
@@ -212,16 +212,7 @@ def test_sqlite_catalog_and_a_refused_type_change(make_pipeline):
     assert shown["table"] == f"offsetbatch.{TABLE}"
 
     # a lost ledger is rebuilt from the snapshot summaries alone: the same ranges and frontier
-    from offsetbatch.commit.rebuild import plan_rebuild
-    from offsetbatch.sinks import sink_for
-
-    plan = plan_rebuild(p.name, sink_for(p.name, p.cfg.sink))
-    assert {i: [(r.topic, r.partition, r.from_offset, r.until_offset) for r in m.ranges]
-            for i, m in plan.batches.items()} == \
-        {b.batch_id: [(r.topic, r.partition, r.from_offset, r.until_offset) for r in b.ranges]
-         for b in p.ledger.list_batches(p.name, 10) if b.status == "committed"}
-    assert {(tp.topic, tp.partition): o for tp, o in plan.frontier.items()} == \
-        {(r["topic"], r["partition"]): r["next_offset"] for r in p.ledger.frontier_rows(p.name)}
+    assert_rebuild_matches_ledger(p)
 
 
 def _read_offsets(p) -> set[tuple[int, int]]:

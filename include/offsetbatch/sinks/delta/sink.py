@@ -206,7 +206,7 @@ class DeltaSink(PublishesAfterLedgerCommit, KeepsManifests, Maintained, Sink):
                                     f"plan publishes it. Look for a writer outside offsetbatch") from exc
                 log.warning("%s: another writer committed first (%s); checking the table again", where, exc)
                 continue
-            version = table.version() + 1 if table is not None else 0  # no retries: the version after the checked one
+            version = table.version() if table is not None else 0  # delta-rs brings the object to its commit
             log.info("%s: version %d adds batch %d's rows (output %d)%s", where, version, batch_id, output_id,
                      f", replacing batch(es) {', '.join(map(str, replaced))}" if replacing else "")
             return
