@@ -54,7 +54,8 @@ SCALARS = {1: "double", 2: "float", 3: "long", 4: "decimal(20,0)", 5: "integer",
 TYPE_MESSAGE, TYPE_ENUM, TYPE_GROUP = 11, 14, 10
 
 # Column names the job adds around the decoder (in, out)
-WRITER, PRE_ERROR, OFFSET, ERROR = "_pb_writer", "_pb_error", "_pb_offset", "_error"
+WRITER, PRE_ERROR, OFFSET, HEAD, ERROR = "_pb_writer", "_pb_error", "_pb_offset", "_pb_head", "_error"
+HELPERS = (WRITER, PRE_ERROR, OFFSET, HEAD)
 
 
 class RecursiveMessage(ValueError):
@@ -330,11 +331,13 @@ def converter(writer: Any, reader_type: dict) -> Any:
 
 class Decoder:
     """Called by ``mapInArrow`` with an iterator of Arrow record batches holding the records (the
-    Kafka columns, ``value``, whatever the key's parse added) and three columns the job computed
+    Kafka columns, ``value``, whatever the key's parse added) and four columns the job computed
     from Confluent's framing: ``_pb_writer`` (the schema id of a known writer, else NULL),
-    ``_pb_offset`` (where the message indexes start in ``value``) and ``_pb_error`` (why the record
-    is rejected before its body is looked at: a null value, bad framing, an unknown schema id).
-    Yields the same batches without those three, plus the reader's fields and ``_error``."""
+    ``_pb_offset`` (where the message indexes start in ``value``), ``_pb_head`` (the header form's:
+    the ``__value_schema_id`` header after its GUID, holding the message indexes, while the value is
+    the bare message; else NULL) and ``_pb_error`` (why the record is rejected before its body is
+    looked at: a null value, bad framing, an unknown schema id). Yields the same batches without
+    those four, plus the reader's fields and ``_error``."""
 
     def __init__(self, spec: dict) -> None:
         self.spec = spec  # {"reader": {...}, "reader_type": {...}, "writers": {id: {...}}}
@@ -385,6 +388,7 @@ class Decoder:
             offsets = batch.column(OFFSET).to_pylist()
             pre = batch.column(PRE_ERROR).to_pylist()
             values = batch.column("value").to_pylist()
+            heads = batch.column(HEAD).to_pylist() if batch.column(HEAD).null_count < batch.num_rows else None
             rows, errors = [], []
             append_row, append_error = rows.append, errors.append
             parsers = self._parsers
@@ -395,19 +399,29 @@ class Decoder:
                     append_error(pre[i])
                     continue
                 key, pos = writers[i], offsets[i]
-                if pos >= len(value):
+                head = heads[i] if heads is not None else None
+                where = value if head is None else head
+                start = pos if head is None else 0
+                if start >= len(where):
                     append_row(empty)
-                    append_error(f"no message indexes: the value ends after schema id {key}")
+                    append_error(f"no message indexes: the value ends after schema id {key}" if head is None else
+                                 f"no message indexes: the schema id header of schema id {key} ends after its GUID")
                     continue
-                if value[pos] == 0:  # the single-0 shortcut: [0], the file's first message
-                    indexes, pos = (0,), pos + 1
+                if where[start] == 0:  # the single-0 shortcut: [0], the file's first message
+                    indexes, start = (0,), start + 1
                 else:
                     try:
-                        indexes, pos = read_indexes(value, pos)
+                        indexes, start = read_indexes(where, start)
                     except IndexError_ as exc:
                         append_row(empty)
                         append_error(f"the message indexes after schema id {key} do not parse: {exc}")
                         continue
+                if head is None:
+                    pos = start
+                elif start != len(head):
+                    append_row(empty)
+                    append_error(f"the schema id header of schema id {key} goes on after its message indexes")
+                    continue
                 if (key, indexes) == last_key:
                     parser = last_parser
                 else:
@@ -429,7 +443,7 @@ class Decoder:
                     append_error(f"Protobuf body does not parse as message {self.spec['reader']['message']} "
                                  f"(schema id {key}): {detail}")
             columns = list(zip(*rows)) if rows else [()] * len(fields)
-            keep = [n for n in batch.schema.names if n not in (WRITER, OFFSET, PRE_ERROR)]
+            keep = [n for n in batch.schema.names if n not in HELPERS]
             arrays = [batch.column(n) for n in keep]
             arrays += [pa.array(col, type=t) for col, t in zip(columns, types)]
             arrays.append(pa.array(errors, type=pa.string()))

@@ -140,6 +140,9 @@ def compile_files(main: str, files: dict[str, str], what: str) -> bytes:
 def _serialized_set(main: str, serialized: dict[str, bytes]) -> bytes:
     """``main`` and its serialized imports, dependencies first, the well-known types from the runtime."""
     from google.protobuf import descriptor_pb2, descriptor_pool
+    # the well-known types' files, into the default pool (a serialized schema imports them by name)
+    from google.protobuf import (any_pb2, api_pb2, duration_pb2, empty_pb2, field_mask_pb2,  # noqa: F401
+                                 source_context_pb2, struct_pb2, timestamp_pb2, type_pb2, wrappers_pb2)
 
     out, done = descriptor_pb2.FileDescriptorSet(), set()
 

@@ -8,6 +8,9 @@ The wire format (confluent-kafka 2.16.1 ``ProtobufSerializer``; Confluent's "Wir
                  single byte 0x00 is the shortcut for [0] (the schema file's first message)
     then         the Protobuf message
 
+In the header form (``SchemaId.guid_to_bytes``) the ``__value_schema_id`` header holds ``0x01`` + the
+GUID + the message indexes, and the value is the bare message.
+
 The plan task resolves the reader (a subject's version and message) and every writer version, each
 compiled with its references into a ``FileDescriptorSet`` (``formats.protobuf_schemas``, protoc from
 grpcio-tools), and puts them in the job spec. The job reads the framing with Spark expressions
@@ -84,7 +87,7 @@ class ConfluentProtobufFormat(ConfluentFramed, ValueFormat):
 
     @classmethod
     def parse(cls, records: "DataFrame", spec: "JobSpec") -> "DataFrame":
-        return decode(records, spec, cls.framing_of(spec))
+        return decode(records, spec, cls.framing_of(spec, header_tail=True))
 
 
 def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
@@ -117,9 +120,9 @@ def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
     df = records.select(*META, "value", *passthrough).withColumns({
         protobuf_decode.WRITER: frame.writer,
         protobuf_decode.OFFSET: (F.length("value") - F.length(frame.body)).cast("int"),
+        protobuf_decode.HEAD: frame.tail if frame.tail is not None else F.lit(None).cast("binary"),
         protobuf_decode.PRE_ERROR: pre})
-    out = StructType([*(f for f in df.schema.fields if f.name not in
-                        (protobuf_decode.WRITER, protobuf_decode.OFFSET, protobuf_decode.PRE_ERROR)),
+    out = StructType([*(f for f in df.schema.fields if f.name not in protobuf_decode.HELPERS),
                       *StructType.fromJson(reader_type).fields, StructField(ERROR, StringType())])
     # Shipped by value: executors need the protobuf runtime and pyarrow, not offsetbatch.
     cloudpickle.register_pickle_by_value(protobuf_decode)

@@ -242,7 +242,7 @@ def test_the_decoder_turns_an_arrow_batch_into_columns_and_reasons():
     msg.event_time.FromDatetime(datetime(2026, 1, 1, tzinfo=timezone.utc))
     body = msg.SerializeToString()
     prefix = b"\x00" + struct.pack(">I", 5)
-    rows = [  # (value, offset, writer, error before the body)
+    rows = [  # (value, offset, writer, error before the body, header tail)
         (prefix + b"\x00" + body, 5, 5, None),
         (prefix + b"\x02\x00" + body, 5, 5, None),  # [0] written in full
         (prefix + b"\x02\x02" + body, 5, 5, None),  # [1]: Other, not the pipeline's message
@@ -251,14 +251,17 @@ def test_the_decoder_turns_an_arrow_batch_into_columns_and_reasons():
         (prefix + b"\x00" + body[:-1], 5, 5, None),  # truncated: the last string is one byte short
         (prefix, 5, 5, None),  # nothing after the schema id
         (None, 0, None, "null value"),
-        (b"\x00" + body, 0, 5, None),  # the header form: the value starts at the indexes
+        (body, 0, 5, None, b"\x00"),  # the header form: indexes in the header, the value the bare message
+        (body, 0, 5, None, b""),  # a header without indexes
+        (body, 0, 5, None, b"\x00\x00"),  # a header with more after its indexes
     ]
+    rows = [r if len(r) == 5 else (*r, None) for r in rows]
     batch = pa.RecordBatch.from_pydict({
         "kafka_offset": pa.array(range(len(rows)), pa.int64()),
         "kafka_timestamp": pa.array([None] * len(rows), pa.timestamp("us", tz="UTC")),
         "value": pa.array([r[0] for r in rows], pa.binary()),
         pbd.WRITER: pa.array([r[2] for r in rows], pa.int64()), pbd.OFFSET: pa.array([r[1] for r in rows], pa.int32()),
-        pbd.PRE_ERROR: pa.array([r[3] for r in rows], pa.string())})
+        pbd.PRE_ERROR: pa.array([r[3] for r in rows], pa.string()), pbd.HEAD: pa.array([r[4] for r in rows], pa.binary())})
     (out,) = list(pbd.Decoder(_decoder_spec(desc, {5: ("e.proto", fds)}))(iter([batch])))
     assert out.schema.names == ["kafka_offset", "kafka_timestamp", "value", "event_id", "kind", "user_id", "page",
                                 "event_time", "amount", "referrer", "_error"]
@@ -275,6 +278,9 @@ def test_the_decoder_turns_an_arrow_batch_into_columns_and_reasons():
         "Protobuf body does not parse as message offsetbatch.sample.Event (schema id 5): Wire format was corrupt",
         "no message indexes: the value ends after schema id 5",
         "null value"]
+    assert [r["_error"] for r in got[9:]] == [
+        "no message indexes: the schema id header of schema id 5 ends after its GUID",
+        "the schema id header of schema id 5 goes on after its message indexes"]
     assert all(got[i]["event_id"] is None for i in range(2, 8))
 
 

@@ -1,7 +1,8 @@
 """The sample events in Protobuf, framed as Confluent's Protobuf serializer frames them: the schema's
 ``.proto`` text registered under ``<topic>-value`` (the form a registry serves), each value ``0x00`` +
 schema id + message indexes (``0x00``: the first message) + the message, or in the header form a
-``__value_schema_id`` header with the schema's GUID and the value starting at the message indexes.
+``__value_schema_id`` header with the schema's GUID and the message indexes, the value the bare
+message (as confluent-kafka 2.16.1's ``SchemaId.guid_to_bytes`` writes them).
 
 Two versions of the event schema: ``EVENT_V2`` adds an optional ``referrer`` (what a registry in
 BACKWARD mode accepts). Feed ``ProtobufEvents(...)`` to ``sample.producer.produce`` as its
@@ -92,7 +93,7 @@ class ProtobufEvents:
             m.amount = event["amount"]
         if self.with_referrer and referrer_of(event) is not None:
             m.referrer = referrer_of(event)
-        body = b"\x00" + m.SerializeToString()  # message indexes [0]: the single 0 byte
-        if self.form == "header":
-            return body, [("__value_schema_id", b"\x01" + self.guid)]
-        return b"\x00" + struct.pack(">I", self.schema_id) + body, []
+        indexes = b"\x00"  # message indexes [0]: the single 0 byte
+        if self.form == "header":  # the indexes follow the GUID in the header; the value is the bare message
+            return m.SerializeToString(), [("__value_schema_id", b"\x01" + self.guid + indexes)]
+        return b"\x00" + struct.pack(">I", self.schema_id) + indexes + m.SerializeToString(), []
