@@ -299,7 +299,7 @@ class _Codegen:
         if wf.type == TYPE_ENUM:
             table = f"_e{len(self.env)}"
             self.env[table] = {v.number: v.name for v in wf.enum_type.values}
-            return f"_enum({table}, {expr})"
+            return f"({table}.get({expr}) or str({expr}))"  # a number the enum does not name: as text
         return expr
 
     def compile(self, root: str) -> Any:

@@ -128,7 +128,7 @@ def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
     cloudpickle.register_pickle_by_value(protobuf_decode)
     decoder = protobuf_decode.Decoder({"reader": {"message": reader["message"]}, "reader_type": reader_type,
                                        "writers": usable})
-    decoded = df.mapInArrow(decoder, out)
+    decoded = df.mapInArrow(decoder, _plain_strings(out) if _on_connect(records) else out)
     error = F.col(ERROR)
     if spec.required:
         missing = F.concat_ws(", ", *[F.when(F.col(f).isNull(), F.lit(f)) for f in spec.required])
@@ -137,3 +137,33 @@ def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
             any_missing = any_missing | F.col(f).isNull()
         error = F.when(error.isNotNull(), error).when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     return decoded.select(*META, "value", *fields, error.alias(ERROR), *passthrough)
+
+
+def _on_connect(frame: "DataFrame") -> bool:
+    try:
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    except ImportError:  # pyspark without the connect extra's modules
+        return False
+    return isinstance(frame, ConnectDataFrame)
+
+
+def _plain_strings(t):
+    """``t`` with every string as Spark Connect's protocol spells the plain ``STRING`` (no collation).
+    A PySpark 4.3 ``StringType()`` goes over the wire with collation ``UTF8_BINARY`` named, which the
+    server keeps as an explicit collation: the Parquet footers then say "string collate UTF8_BINARY",
+    a type the sinks (PostgreSQL's mapping) do not know; an empty collation is the server's plain
+    ``StringType`` (``DataTypeProtoConverter``). A cast back to string would not help: the optimizer
+    drops it as a no-op."""
+    from pyspark.sql.types import ArrayType, MapType, StringType, StructField, StructType
+
+    if isinstance(t, StructType):
+        return StructType([StructField(f.name, _plain_strings(f.dataType), f.nullable, f.metadata) for f in t.fields])
+    if isinstance(t, ArrayType):
+        return ArrayType(_plain_strings(t.elementType), t.containsNull)
+    if isinstance(t, MapType):
+        return MapType(_plain_strings(t.keyType), _plain_strings(t.valueType), t.valueContainsNull)
+    if isinstance(t, StringType) and t.collation == "UTF8_BINARY":
+        plain = StringType()
+        plain.collation = ""
+        return plain
+    return t
