@@ -361,3 +361,22 @@ def test_an_incompatible_writer_is_recorded_and_a_down_registry_fails_before_pla
     with pytest.raises(SchemaRegistryUnavailableError, match=rf"Schema registry {url} .*did not answer .*needed by "
                                                              r"pipeline p"):
         _resolve(tmp_path, registry)
+
+
+def test_a_replay_keeps_the_writers_its_batch_was_planned_with(tmp_path):
+    """A writer version soft-deleted since the batch was planned is still among a replay's writers."""
+    with SchemaRegistryServer() as registry:
+        registry.register("events-value", EVENT_V1, "PROTOBUF")
+        planned = _resolve(tmp_path, registry)
+        registry.register("events-value", EVENT_V2, "PROTOBUF")
+        registry.soft_delete("events-value", 1)
+        today = _resolve(tmp_path, registry)
+        assert sorted(today.writers) == ["2"]
+        kept = protobuf_schemas.with_planned(today, planned.to_spec())
+        assert sorted(kept.writers) == ["1", "2"] and kept.writers["1"]["incompatible"] is None
+        assert kept.writers["1"]["descriptor_set"] == planned.writers["1"]["descriptor_set"]
+        refreshed = protobuf_schemas.refreshed(
+            _load(tmp_path, {"format": "confluent-protobuf", "schema_registry": {"conn_id": "sr"}}).value, today,
+            __import__("offsetbatch.formats", fromlist=["SchemaContext"]).SchemaContext(
+                "p", topics=("events",), registry=lambda: _client(registry)))
+        assert refreshed.writers == today.writers
