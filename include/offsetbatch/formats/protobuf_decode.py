@@ -194,24 +194,28 @@ def _single_type(field: Any, seen: tuple[str, ...]) -> Any:
     return SCALARS[field.type]
 
 
-def incompatibility(writer: Any, reader: Any, prefix: str = "") -> list[str]:
-    """The reader's fields that the writer has with another Spark type (``prefix.field``), so its
+def incompatibility(writer: Any, reader: Any) -> list[str]:
+    """The reader's fields that the writer has with another Spark type (``field.nested``), so its
     records cannot land in the reader's columns; empty when it is compatible. Fields are matched by
-    name; a field only one side has is fine (NULL, or dropped)."""
-    problems = []
-    for f in reader.fields:
-        w = writer.fields_by_name.get(f.name)
-        if w is None:
-            continue
-        wt, rt = field_type(w), field_type(f)
-        if wt == rt:
-            continue
-        if (isinstance(wt, dict) and isinstance(rt, dict) and wt["type"] == rt["type"] == "struct"
-                and not w.is_repeated and not f.is_repeated):
-            problems += incompatibility(w.message_type, f.message_type, f"{prefix}{f.name}.")
-        else:
-            problems.append(f"'{prefix}{f.name}' ({_type_text(wt)} in the writer, {_type_text(rt)} in the reader)")
-    return problems
+    name, at every depth (in structs, array elements, map values); a field only one side has is
+    fine (NULL, or dropped)."""
+    return mismatches(spark_type(writer), spark_type(reader))
+
+
+def mismatches(wt: Any, rt: Any, path: str = "") -> list[str]:
+    """Where a value of Spark type ``wt`` (JSON form) cannot land in type ``rt``, by field path."""
+    if wt == rt:
+        return []
+    if isinstance(wt, dict) and isinstance(rt, dict) and wt["type"] == rt["type"]:
+        if wt["type"] == "struct":
+            have = {f["name"]: f["type"] for f in wt["fields"]}
+            return [m for f in rt["fields"] if f["name"] in have
+                    for m in mismatches(have[f["name"]], f["type"], f"{path}.{f['name']}" if path else f["name"])]
+        if wt["type"] == "array":
+            return mismatches(wt["elementType"], rt["elementType"], f"{path}[]")
+        if wt["type"] == "map" and wt["keyType"] == rt["keyType"]:
+            return mismatches(wt["valueType"], rt["valueType"], f"{path}{{}}")
+    return [f"'{path}' ({_type_text(wt)} in the writer, {_type_text(rt)} in the reader)"]
 
 
 def _type_text(t: Any) -> str:
@@ -266,8 +270,7 @@ class _Codegen:
         parts = []
         for rf in reader_type["fields"]:
             wf = writer.fields_by_name.get(rf["name"])
-            parts.append("None" if wf is None or field_type(wf) != rf["type"] and not _both_structs(wf, rf["type"])
-                         else self.field(wf, rf["type"]))
+            parts.append("None" if wf is None or mismatches(field_type(wf), rf["type"]) else self.field(wf, rf["type"]))
         body = ", ".join(parts) + ("," if len(parts) == 1 else "")
         self.lines.append(f"def {name}(m):\n    return ({body})\n")
         return name
@@ -306,11 +309,6 @@ class _Codegen:
         env = {**self.env, "_ts": _ts, "_enum": _enum}
         exec("\n".join(self.lines), env)  # noqa: S102 - source built above from descriptors only
         return env[root]
-
-
-def _both_structs(wf: Any, rtype: Any) -> bool:
-    wt = field_type(wf)
-    return isinstance(wt, dict) and isinstance(rtype, dict) and wt["type"] == rtype["type"] == "struct"
 
 
 def _ts(t: Any) -> int:

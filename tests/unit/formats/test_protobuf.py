@@ -225,6 +225,27 @@ def test_a_writer_lands_in_the_readers_shape_by_field_name():
         "'user_id' (string in the writer, integer in the reader)"]
 
 
+def test_a_field_added_to_a_nested_message_at_any_depth_is_compatible(shapes):
+    """A field added to ``Line`` (inside a struct, an array and a map's values): the older writer's
+    lines land with it NULL; a changed type deep inside is named by its path."""
+    from google.protobuf import message_factory
+
+    added = SHAPES.replace("uint32 qty = 2; }", "uint32 qty = 2; string note = 3; }")
+    newer = pbd.pool_of(compile_files("main.proto", {"main.proto": added, "shop/common.proto": COMMON}, "t"))
+    old, new = shapes.FindMessageTypeByName("shop.Order"), newer.FindMessageTypeByName("shop.Order")
+    assert pbd.incompatibility(old, new) == [] and pbd.incompatibility(new, old) == []
+    m = message_factory.GetMessageClass(old)(first={"sku": "a", "qty": 1}, lines=[{"sku": "b", "qty": 2}],
+                                             by_sku={"c": {"sku": "c", "qty": 3}})
+    got = dict(zip([f.name for f in new.fields], pbd.converter(old, pbd.spark_type(new))(m)))
+    assert (got["first"], got["lines"], got["by_sku"]) == (("a", 1, None), [("b", 2, None)], [("c", ("c", 3, None))])
+    changed = SHAPES.replace("uint32 qty = 2; }", "string qty = 2; }")
+    bad = pbd.pool_of(compile_files("main.proto", {"main.proto": changed, "shop/common.proto": COMMON}, "t"))
+    assert pbd.incompatibility(bad.FindMessageTypeByName("shop.Order"), old) == [
+        "'first.qty' (string in the writer, long in the reader)",
+        "'lines[].qty' (string in the writer, long in the reader)",
+        "'by_sku{}.qty' (string in the writer, long in the reader)"]
+
+
 # ---- the Arrow decoder ------------------------------------------------------------------------
 
 def _decoder_spec(reader_desc, writers: dict[int, tuple[str, bytes]]) -> dict:
