@@ -431,7 +431,7 @@ class Decoder:
                     continue
                 parse, convert = parser
                 try:
-                    append_row(convert(parse(value[pos:])))
+                    append_row(convert(parse(memoryview(value)[pos:])))  # no copy of the body
                     append_error(None)
                 except Exception as exc:  # noqa: BLE001 - DecodeError, and the runtime's others
                     append_row(empty)
