@@ -32,7 +32,8 @@ def _pipeline(make_pipeline, sink: str, registry_url: str, postgres, kind: str =
     settings = {**sample_sink(sink), "event_time_column": None,
                 "table": table if sink == "iceberg" else f"public.{table}"}
     ledger_url = postgres.create_database(f"avro_{sink}_{uuid.uuid4().hex[:8]}") if sink == "postgres" else None
-    p = avro_pipeline(make_pipeline, registry_url, version=1, kind=kind, suffix=f"_{sink[:2]}", ledger_url=ledger_url,
+    # the suffix names the format too: the pipeline's name (and so its topic) must differ per parameter
+    p = avro_pipeline(make_pipeline, registry_url, version=1, kind=kind, suffix=f"_{sink[:2]}_{kind[:2]}", ledger_url=ledger_url,
                       sink=settings, transform={"sql": TRANSFORM})
     if sink == "iceberg":
         cfg = yaml.safe_load(p.config_path.read_text())
