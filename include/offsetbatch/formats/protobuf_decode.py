@@ -1,6 +1,7 @@
 """The ``confluent-protobuf`` format's decoder: Confluent's message indexes, a Protobuf descriptor's
 Spark shape, and the converter that turns parsed messages into Arrow columns, in Spark's Python
-workers (``DataFrame.mapInArrow``: Arrow batches in, Arrow batches out).
+workers (a scalar Arrow UDF, ``Decoder.struct``: Arrow arrays of the values in, one Arrow struct
+array out).
 
 Self-contained on purpose: it imports only the standard library, ``google.protobuf`` (the upb
 runtime) and ``pyarrow``, never ``offsetbatch``, and ``formats.protobuf_value`` has cloudpickle ship
@@ -36,8 +37,9 @@ from __future__ import annotations
 
 import base64
 import keyword
-from collections.abc import Iterator
 from typing import Any
+
+import pyarrow as pa  # the Arrow UDF's type hints name it (PySpark reads them to tell the UDF's kind)
 
 TIMESTAMP = "google.protobuf.Timestamp"
 WRAPPERS = {
@@ -325,17 +327,16 @@ def converter(writer: Any, reader_type: dict) -> Any:
     return gen.compile(gen.message(writer, reader_type))
 
 
-# ---- the mapInArrow function ------------------------------------------------------------------
+# ---- the Arrow UDF ----------------------------------------------------------------------------
 
 class Decoder:
-    """Called by ``mapInArrow`` with an iterator of Arrow record batches holding the records (the
-    Kafka columns, ``value``, whatever the key's parse added) and four columns the job computed
-    from Confluent's framing: ``_pb_writer`` (the schema id of a known writer, else NULL),
+    """The job's decoder (``struct``, a scalar Arrow UDF) of ``value`` and four columns the job
+    computed from Confluent's framing: ``_pb_writer`` (the schema id of a known writer, else NULL),
     ``_pb_offset`` (where the message indexes start in ``value``), ``_pb_head`` (the header form's:
     the ``__value_schema_id`` header after its GUID, holding the message indexes, while the value is
     the bare message; else NULL) and ``_pb_error`` (why the record is rejected before its body is
-    looked at: a null value, bad framing, an unknown schema id). Yields the same batches without
-    those four, plus the reader's fields and ``_error``."""
+    looked at: a null value, bad framing, an unknown schema id). Gives the reader's fields and
+    ``_error`` as one struct column."""
 
     def __init__(self, spec: dict) -> None:
         self.spec = spec  # {"reader": {...}, "reader_type": {...}, "writers": {id: {...}}}
@@ -372,77 +373,84 @@ class Decoder:
         cls = message_factory.GetMessageClass(desc)
         return cls.FromString, converter(desc, self.spec["reader_type"])
 
-    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+    def decode(self, writers: list, offsets: list, heads: list | None, pre: list,
+               values: list) -> tuple[list[tuple], list[str | None]]:
+        """Per record: the reader's fields (a tuple) and why it is rejected (None for a good one),
+        from the framing's columns as Python lists (``heads``: None when no record has a header)."""
+        fields = self.spec["reader_type"]["fields"]
+        empty = (None,) * len(fields)
+        rows, errors = [], []
+        append_row, append_error = rows.append, errors.append
+        parsers = self._parsers
+        last_key, last_parser = None, None
+        message = self.spec["reader"]["message"]
+        for i, value in enumerate(values):
+            if pre[i] is not None:
+                append_row(empty)
+                append_error(pre[i])
+                continue
+            key, pos = writers[i], offsets[i]
+            head = heads[i] if heads is not None else None
+            where = value if head is None else head
+            start = pos if head is None else 0
+            if start >= len(where):
+                append_row(empty)
+                append_error(f"no message indexes: the value ends after schema id {key}" if head is None else
+                             f"no message indexes: the schema id header of schema id {key} ends after its GUID")
+                continue
+            if where[start] == 0:  # the single-0 shortcut: [0], the file's first message
+                indexes, start = (0,), start + 1
+            else:
+                try:
+                    indexes, start = read_indexes(where, start)
+                except IndexError_ as exc:
+                    append_row(empty)
+                    append_error(f"the message indexes after schema id {key} do not parse: {exc}")
+                    continue
+            if head is None:
+                pos = start
+            elif start != len(head):
+                append_row(empty)
+                append_error(f"the schema id header of schema id {key} goes on after its message indexes")
+                continue
+            if (key, indexes) == last_key:
+                parser = last_parser
+            else:
+                parser = parsers.get((key, indexes)) or self.parser(key, indexes)
+                last_key, last_parser = (key, indexes), parser
+            if isinstance(parser, str):
+                append_row(empty)
+                append_error(parser)
+                continue
+            parse, convert = parser
+            try:
+                append_row(convert(parse(memoryview(value)[pos:] if pos else value)))  # no copy of the body
+                append_error(None)
+            except Exception as exc:  # noqa: BLE001 - DecodeError, and the runtime's others
+                append_row(empty)
+                detail = str(exc)
+                if detail.startswith("Error parsing message"):  # upb's: "... with type 'X': <why>"
+                    detail = detail.rpartition("': ")[2]
+                append_error(f"Protobuf body does not parse as message {message} (schema id {key}): {detail}")
+        return rows, errors
+
+    def _arrays(self, columns: dict[str, Any], timestamp: Any) -> tuple[list[Any], Any]:
+        """The reader's fields as Arrow arrays and the reasons, from the framing's Arrow columns."""
         import pyarrow as pa
 
         fields = self.spec["reader_type"]["fields"]
-        types = None
-        empty = (None,) * len(fields)
-        for batch in batches:
-            if types is None:  # timestamps in the zone Spark sends its own in
-                ts = batch.schema.field("kafka_timestamp").type if "kafka_timestamp" in batch.schema.names else None
-                types = [arrow_type(f["type"], ts) for f in fields]
-            writers = batch.column(WRITER).to_pylist()
-            offsets = batch.column(OFFSET).to_pylist()
-            pre = batch.column(PRE_ERROR).to_pylist()
-            values = batch.column("value").to_pylist()
-            heads = batch.column(HEAD).to_pylist() if batch.column(HEAD).null_count < batch.num_rows else None
-            rows, errors = [], []
-            append_row, append_error = rows.append, errors.append
-            parsers = self._parsers
-            last_key, last_parser = None, None
-            for i, value in enumerate(values):
-                if pre[i] is not None:
-                    append_row(empty)
-                    append_error(pre[i])
-                    continue
-                key, pos = writers[i], offsets[i]
-                head = heads[i] if heads is not None else None
-                where = value if head is None else head
-                start = pos if head is None else 0
-                if start >= len(where):
-                    append_row(empty)
-                    append_error(f"no message indexes: the value ends after schema id {key}" if head is None else
-                                 f"no message indexes: the schema id header of schema id {key} ends after its GUID")
-                    continue
-                if where[start] == 0:  # the single-0 shortcut: [0], the file's first message
-                    indexes, start = (0,), start + 1
-                else:
-                    try:
-                        indexes, start = read_indexes(where, start)
-                    except IndexError_ as exc:
-                        append_row(empty)
-                        append_error(f"the message indexes after schema id {key} do not parse: {exc}")
-                        continue
-                if head is None:
-                    pos = start
-                elif start != len(head):
-                    append_row(empty)
-                    append_error(f"the schema id header of schema id {key} goes on after its message indexes")
-                    continue
-                if (key, indexes) == last_key:
-                    parser = last_parser
-                else:
-                    parser = parsers.get((key, indexes)) or self.parser(key, indexes)
-                    last_key, last_parser = (key, indexes), parser
-                if isinstance(parser, str):
-                    append_row(empty)
-                    append_error(parser)
-                    continue
-                parse, convert = parser
-                try:
-                    append_row(convert(parse(memoryview(value)[pos:])))  # no copy of the body
-                    append_error(None)
-                except Exception as exc:  # noqa: BLE001 - DecodeError, and the runtime's others
-                    append_row(empty)
-                    detail = str(exc)
-                    if detail.startswith("Error parsing message"):  # upb's: "... with type 'X': <why>"
-                        detail = detail.rpartition("': ")[2]
-                    append_error(f"Protobuf body does not parse as message {self.spec['reader']['message']} "
-                                 f"(schema id {key}): {detail}")
-            columns = list(zip(*rows)) if rows else [()] * len(fields)
-            keep = [n for n in batch.schema.names if n not in HELPERS]
-            arrays = [batch.column(n) for n in keep]
-            arrays += [pa.array(col, type=t) for col, t in zip(columns, types)]
-            arrays.append(pa.array(errors, type=pa.string()))
-            yield pa.RecordBatch.from_arrays(arrays, names=[*keep, *(f["name"] for f in fields), ERROR])
+        head = columns[HEAD]
+        rows, errors = self.decode(columns[WRITER].to_pylist(), columns[OFFSET].to_pylist(),
+                                   head.to_pylist() if head.null_count < len(head) else None,
+                                   columns[PRE_ERROR].to_pylist(), columns["value"].to_pylist())
+        values = list(zip(*rows)) if rows else [()] * len(fields)
+        arrays = [pa.array(col, type=arrow_type(f["type"], timestamp)) for col, f in zip(values, fields)]
+        return arrays, pa.array(errors, type=pa.string())
+
+    def struct(self, writer: pa.Array, offset: pa.Array, head: pa.Array, pre: pa.Array, value: pa.Array) -> pa.Array:
+        """A scalar Arrow UDF's body: the framing's columns in, one struct column out (the reader's
+        fields and ``_error``); only these five columns cross to Python and one comes back."""
+        arrays, errors = self._arrays({WRITER: writer, OFFSET: offset, HEAD: head, PRE_ERROR: pre, "value": value},
+                                      pa.timestamp("us", tz="UTC"))
+        names = [f["name"] for f in self.spec["reader_type"]["fields"]]
+        return pa.StructArray.from_arrays([*arrays, errors], names=[*names, ERROR])

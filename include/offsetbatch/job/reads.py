@@ -44,9 +44,6 @@ OPERATORS = frozenset({
     "Distinct", "Deduplicate", "GlobalLimit", "LocalLimit", "Offset", "Tail", "Generate", "Expand", "Sample",
     "Repartition", "RepartitionByExpression", "RebalancePartitions", "ResolvedHint", "WithCTE", "CTERelationDef",
     "UnionLoop", "WithWindowDefinition", "CollectMetrics",
-    # A value format's decode in Python workers over the records' own columns (DataFrame.mapInArrow:
-    # confluent-protobuf). No SQL spelling makes one, so only the job's own code puts it in a plan.
-    "MapInArrow",
 })
 # Leaves holding only values of the query itself, or of a frame the job built in memory (LocalRelation
 # is also VALUES; LogicalRDD a frame from Python data in classic PySpark). Another session's frame

@@ -1,5 +1,5 @@
 """``confluent-protobuf`` in real (in-process) Spark 4.3.0: the framing's Spark expressions, the
-``mapInArrow`` decoder in Spark's Python workers, and bytes written by confluent-kafka 2.16.1's own
+Arrow UDF decoder in Spark's Python workers, and bytes written by confluent-kafka 2.16.1's own
 ``ProtobufSerializer`` (which registers the serialized form of its schema, a base64
 ``FileDescriptorProto``, and writes message indexes for a message that is not the file's first),
 resolved by the plan task's code from a registry. No real schema registry can run here:

@@ -2,7 +2,7 @@
 2.16.1's own encoder), the descriptor -> Spark type mapping, the compiled converter, the Arrow
 decoder's rejections, and the plan task's resolution of reader, writers and references from a
 registry (``tests/schema_registry_server.py`` stands in for one: no real registry can run here).
-The Spark side (``mapInArrow``, the framing, sinks) is tests/integration/formats/test_protobuf_*.py's."""
+The Spark side (the Arrow UDF, the framing, sinks) is tests/integration/formats/test_protobuf_*.py's."""
 
 from __future__ import annotations
 
@@ -254,7 +254,7 @@ def _decoder_spec(reader_desc, writers: dict[int, tuple[str, bytes]]) -> dict:
                         for k, (f, fds) in writers.items()}}
 
 
-def test_the_decoder_turns_an_arrow_batch_into_columns_and_reasons():
+def test_the_arrow_udf_turns_values_into_a_struct_column_with_the_reasons():
     from google.protobuf import message_factory
 
     fds = compile_files("e.proto", {"e.proto": EVENT_V2 + "message Other { string x = 1; }\n"}, "v2")
@@ -277,15 +277,13 @@ def test_the_decoder_turns_an_arrow_batch_into_columns_and_reasons():
         (body, 0, 5, None, b"\x00\x00"),  # a header with more after its indexes
     ]
     rows = [r if len(r) == 5 else (*r, None) for r in rows]
-    batch = pa.RecordBatch.from_pydict({
-        "kafka_offset": pa.array(range(len(rows)), pa.int64()),
-        "kafka_timestamp": pa.array([None] * len(rows), pa.timestamp("us", tz="UTC")),
-        "value": pa.array([r[0] for r in rows], pa.binary()),
-        pbd.WRITER: pa.array([r[2] for r in rows], pa.int64()), pbd.OFFSET: pa.array([r[1] for r in rows], pa.int32()),
-        pbd.PRE_ERROR: pa.array([r[3] for r in rows], pa.string()), pbd.HEAD: pa.array([r[4] for r in rows], pa.binary())})
-    (out,) = list(pbd.Decoder(_decoder_spec(desc, {5: ("e.proto", fds)}))(iter([batch])))
-    assert out.schema.names == ["kafka_offset", "kafka_timestamp", "value", "event_id", "kind", "user_id", "page",
-                                "event_time", "amount", "referrer", "_error"]
+    out = pbd.Decoder(_decoder_spec(desc, {5: ("e.proto", fds)})).struct(
+        pa.array([r[2] for r in rows], pa.int64()), pa.array([r[1] for r in rows], pa.int32()),
+        pa.array([r[4] for r in rows], pa.binary()), pa.array([r[3] for r in rows], pa.string()),
+        pa.array([r[0] for r in rows], pa.binary()))
+    assert [f.name for f in out.type] == ["event_id", "kind", "user_id", "page", "event_time", "amount", "referrer",
+                                          "_error"]
+    assert out.type.field("event_time").type == pa.timestamp("us", tz="UTC")
     got = out.to_pylist()
     for i in (0, 1, 8):
         assert (got[i]["event_id"], got[i]["kind"], got[i]["user_id"], got[i]["referrer"], got[i]["_error"]) == (

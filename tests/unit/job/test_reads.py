@@ -37,15 +37,6 @@ def test_a_plan_over_the_records_and_its_own_values_reads_nothing_else():
     assert outside_reads(tree_of_tree_string(CLEAN)) == []
 
 
-def test_a_formats_decode_in_python_workers_under_the_records_is_the_records():
-    """confluent-protobuf decodes with ``mapInArrow``: its node sits between the view and the read."""
-    decoded = RECORDS.replace(
-        "   :        +- CollectMetrics",
-        "   :        +- MapInArrow Decoder(kafka_topic#15, value#33, _pb_writer#52L), false, [kafka_topic#15, a#27]\n"
-        "   :           +- CollectMetrics").replace("   :           +- RelationV2", "   :              +- RelationV2")
-    assert "MapInArrow" in decoded and outside_reads(tree_of_tree_string(f"{ROOT}\n+- Join Cross\n{decoded}\n")) == []
-
-
 @pytest.mark.parametrize("leaf, found", [
     ("Relation [value#98] text", ["Relation [value#98] text"]),
     ("Relation spark_catalog.default.t[secret#1] parquet", ["Relation spark_catalog.default.t[secret#1] parquet"]),
