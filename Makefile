@@ -10,6 +10,7 @@ help:
 	@echo "             make demo SINK=delta: its Delta Lake variant (one Delta commit per batch, read back with Polars)"
 	@echo "             make demo FORMAT=avro: on Confluent-framed Avro (two schema versions, prefix and header forms;"
 	@echo "             a stand-in schema registry, tests/schema_registry_server.py, runs for the demo)"
+	@echo "             make demo FORMAT=protobuf: the same on Confluent-framed Protobuf (value.format confluent-protobuf)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration, then test-deploy)"
 	@echo "make test-deploy  build the images and prove docker-compose.yaml's stack (about 15 min; needs root or sudo)"
 	@echo "make deploy-up / deploy-down   the container stack (scripts/deploy.sh up / down)"

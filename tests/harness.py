@@ -265,10 +265,26 @@ def sample_sink(kind: str) -> dict:
     return {k: v for k, v in sample["sink"].items() if k not in ("path", "staging")}
 
 
-def avro_pipeline(make_pipeline, registry_url: str, version: int | str = 1, **overrides) -> Pipeline:
-    """A confluent-avro pipeline under test (reader: ``<topic>-value`` at ``version``) whose runs
-    reach the schema registry at ``registry_url`` through the ``schema_registry_default`` connection."""
-    value = {"format": "confluent-avro", "schema": None, "required": ["event_id", "kind", "event_time"],
+# The registry formats the suite runs end to end, by the short name tests parametrize with: the
+# pipeline's value.format and the sample module whose EVENT_V1/EVENT_V2, MALFORMED, referrer_of and
+# encoder (``Events``) write the sample events the way that format's producers do.
+REGISTRY_FORMATS = {"avro": ("confluent-avro", "offsetbatch_dev.sample.avro_events", "AvroEvents"),
+                    "protobuf": ("confluent-protobuf", "offsetbatch_dev.sample.protobuf_events", "ProtobufEvents")}
+
+
+def sample_events(kind: str = "avro"):
+    """The sample module of registry format ``kind`` ("avro", "protobuf")."""
+    import importlib
+
+    return importlib.import_module(REGISTRY_FORMATS[kind][1])
+
+
+def avro_pipeline(make_pipeline, registry_url: str, version: int | str = 1, kind: str = "avro",
+                  **overrides) -> Pipeline:
+    """A confluent-avro (``kind`` "protobuf": confluent-protobuf) pipeline under test (reader:
+    ``<topic>-value`` at ``version``) whose runs reach the schema registry at ``registry_url`` through
+    the ``schema_registry_default`` connection."""
+    value = {"format": REGISTRY_FORMATS[kind][0], "schema": None, "required": ["event_id", "kind", "event_time"],
              "schema_registry": {"conn_id": "schema_registry_default", "version": version}}
     p = make_pipeline(value=value, **{"transform": {"sql": None}, **overrides})
     p.env = {**p.env, "AIRFLOW_CONN_SCHEMA_REGISTRY_DEFAULT": json.dumps({"conn_type": "http", "host": registry_url})}
@@ -284,13 +300,13 @@ def set_reader_version(p: Pipeline, version: int | str) -> None:
 
 
 def produce_avro(p: Pipeline, registry_url: str, schema: str, form: str, records: int, seed: int,
-                 start: datetime) -> dict[str, dict]:
-    """Produce with confluent-kafka's own AvroSerializer (``form``: prefix or header), 5 % of the
-    records malformed (``avro_events.MALFORMED``); returns the events by id, as they were before
+                 start: datetime, kind: str = "avro") -> dict[str, dict]:
+    """Produce with confluent-kafka's own AvroSerializer (``form``: prefix or header; ``kind``
+    "protobuf": Confluent's Protobuf framing, ``sample.protobuf_events``), 5 % of the records
+    malformed (the sample module's ``MALFORMED``); returns the events by id, as they were before
     encoding."""
-    from offsetbatch_dev.sample.avro_events import MALFORMED, AvroEvents
-
-    serializer, by_id = AvroEvents(registry_url, p.topic, schema, form), {}
+    module = sample_events(kind)
+    serializer, by_id = getattr(module, REGISTRY_FORMATS[kind][2])(registry_url, p.topic, schema, form), {}
 
     def encoder(event: dict) -> tuple[bytes, list[tuple[str, bytes]]]:
         by_id[event["event_id"]] = event
@@ -298,7 +314,7 @@ def produce_avro(p: Pipeline, registry_url: str, schema: str, form: str, records
 
     result = produce(p.bootstrap, p.topic, records, partitions=2, start=start, hours=1, malformed_fraction=0.05,
                      seed=seed, id_prefix=f"{p.name}-{seed}-", progress=False, encoder=encoder,
-                     malformed_values=MALFORMED)
+                     malformed_values=module.MALFORMED)
     p.produced.update(result.offsets)
     return by_id
 

@@ -17,6 +17,14 @@ registry's answers and error bodies (``{"error_code": 40403, "message": "Schema 
                                                  asked first) falls back to TopicNameStrategy
 
 The serializer calls no config route (nor /schemas/types) in 2.16.1.
+
+Protobuf schemas (``confluent-protobuf``) are served as the real registry serves them: the schema
+text with ``"schemaType": "PROTOBUF"`` and its ``references`` (``[{"name": <import name>, "subject":
+..., "version": ...}]``: other subjects' versions the schema imports), on the same routes; a schema
+is the same one when its text, type and references are (so a lookup compares all three). Not
+served: ``?format=serialized`` (the real registry's base64 ``FileDescriptorProto`` form, which
+confluent-kafka's Protobuf serializer asks for with ``use.latest.version``): the stand-in answers
+with what was registered, and the Python serializer's auto-registration registers that form itself.
 Every schema gets a GUID (uuid4) as Confluent Platform 8 assigns one: the 2.16.1 serializer's header
 form writes it. Options: required basic-auth credentials or bearer token (401, error_code 401, as the
 real registry answers), TLS with a given certificate and key, ``answer_with`` (every request gets
@@ -173,7 +181,8 @@ class SchemaRegistryServer:
                     raise _ApiError(404, 40401, f"Subject '{subject}' not found.")
                 for version, schema_id in enumerate(self._subjects[subject], 1):
                     s = self._by_id(schema_id)
-                    if (s.schema, s.schema_type) == (body["schema"], body.get("schemaType", "AVRO")):
+                    if (s.schema, s.schema_type, s.references) == (body["schema"], body.get("schemaType", "AVRO"),
+                                                                   body.get("references") or []):
                         return {"id": s.id, "subject": subject, "version": version, **s.body()}
                 raise _ApiError(404, 40403, "Schema not found")
             case ("GET", ["schemas", "ids", schema_id]) if schema_id.isdigit():

@@ -11,6 +11,7 @@ from offsetbatch.formats.base import (ERROR, FATAL, FORMATS, META, SKIP, TOMBSTO
 from offsetbatch.formats.confluent_json import ConfluentJsonFormat
 from offsetbatch.formats.debezium import DebeziumAvroFormat, DebeziumFormat
 from offsetbatch.formats.json_value import JsonFormat
+from offsetbatch.formats.protobuf_value import ConfluentProtobufFormat
 from offsetbatch.formats.raw import RawFormat
 
 register_format(RawFormat)
@@ -20,6 +21,7 @@ register_format(AvroFormat)
 register_format(ConfluentAvroFormat)
 register_format(DebeziumFormat)
 register_format(DebeziumAvroFormat)
+register_format(ConfluentProtobufFormat)
 
 # The struct column a key format other than raw adds to the records (its fields; NULL for a null key).
 KEY_COLUMN = "key"

@@ -72,12 +72,13 @@ class RegistrySubject(_Settings):
 
 class ValueSettings(_Settings):
     format: str = Field("json", description="a registered value format (``formats.FORMATS``): 'json', 'raw', "
-                        "'avro', 'confluent-avro', 'confluent-json', 'debezium' or 'debezium-avro' built in")
+                        "'avro', 'confluent-avro', 'confluent-json', 'confluent-protobuf', 'debezium' or 'debezium-avro' built in")
     schema_ddl: str | None = Field(None, alias="schema", description="Spark DDL, e.g. 'id STRING, n INT'")
     required: list[str] = Field(default_factory=list, description="fields that must be present and non-null")
     avro_schema: str | None = Field(None, description="Avro reader schema: inline JSON, or an .avsc file "
                                     "(relative to the pipeline file)")
-    schema_registry: RegistrySubject | None = Field(None, description="where confluent-avro's schemas are")
+    schema_registry: RegistrySubject | None = Field(None, description="where confluent-avro's and confluent-protobuf's "
+                                                    "schemas are")
     schema_id: Literal["auto", "prefix", "header"] = Field(
         "auto", description="where a Confluent-framed value names its schema: the 5-byte prefix, the "
         "__value_schema_id header, or either (auto; the job then reads every record's headers)")

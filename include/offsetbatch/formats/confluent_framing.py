@@ -41,16 +41,21 @@ class Framing:
     named: "Column"
     body: "Column"
     error: "Column"
+    # ``header_tail`` framings: what follows the GUID in the header (BINARY; NULL when the record names
+    # its schema in the value). Confluent's Protobuf serializer puts the message indexes there.
+    tail: "Column | None" = None
 
 
 def _guid_bytes(guid: str) -> bytes:
     return uuid.UUID(guid).bytes
 
 
-def framing(where: str, header_name: str = VALUE_HEADER, writers: Mapping[int, str | None] | None = None) -> Framing:
+def framing(where: str, header_name: str = VALUE_HEADER, writers: Mapping[int, str | None] | None = None,
+            header_tail: bool = False) -> Framing:
     """The framing of ``value``; ``where`` is the pipeline's ``value.schema_id`` (or ``key.schema_id``,
     with ``header_name`` the key's header, when ``value`` holds the key); ``writers``: the writer
-    schemas' ids and GUIDs (None when the format does not look the schema up), newest first."""
+    schemas' ids and GUIDs (None when the format does not look the schema up), newest first;
+    ``header_tail``: the header may go on after the GUID (``Framing.tail``: Protobuf's message indexes)."""
     from pyspark.sql import functions as F
 
     writers = dict(writers or {})
@@ -83,20 +88,25 @@ def framing(where: str, header_name: str = VALUE_HEADER, writers: Mapping[int, s
     header_writer = F.lit(None).cast("bigint")
     for key, guid in reversed(list(writers.items())):
         if guid:
-            header_writer = F.when(header == F.lit(bytes([MAGIC_GUID]) + _guid_bytes(guid)),
-                                   F.lit(key).cast("bigint")).otherwise(header_writer)
-    header_ok = F.startswith(header, F.lit(bytes([MAGIC_GUID]))) & (F.length(header) == GUID_PREFIX_LEN)
+            tagged = F.lit(bytes([MAGIC_GUID]) + _guid_bytes(guid))
+            found = F.startswith(header, tagged) if header_tail else header == tagged
+            header_writer = F.when(found, F.lit(key).cast("bigint")).otherwise(header_writer)
+    header_ok = F.startswith(header, F.lit(bytes([MAGIC_GUID]))) & (
+        F.length(header) >= GUID_PREFIX_LEN if header_tail else F.length(header) == GUID_PREFIX_LEN)
     header_named = F.concat(F.lit("schema GUID "), F.lower(F.hex(F.substring(header, 2, 16))))
-    header_error = F.when(~header_ok, F.lit(f"the {header_name} header is not 0x01 + a 16-byte GUID"))
+    header_error = F.when(~header_ok, F.lit(f"the {header_name} header is not 0x01 + a 16-byte GUID"
+                                            f"{' (+ message indexes)' if header_tail else ''}"))
+    tail = F.substring(header, GUID_PREFIX_LEN + 1, 1 << 30) if header_tail else None
     if where == "header":
         return Framing(header_writer, header_named, value,
                        F.when(header.isNull(), F.lit(f"no {header_name} header (schema_id is 'header')"))
-                       .otherwise(header_error))
+                       .otherwise(header_error), tail)
     has_header = header.isNotNull()
     return Framing(F.when(has_header, header_writer).otherwise(prefix_writer),
                    F.when(has_header, header_named).otherwise(prefix_named),
                    F.when(has_header, value).otherwise(prefix_body),
-                   F.when(has_header, header_error).otherwise(prefix_error))
+                   F.when(has_header, header_error).otherwise(prefix_error),
+                   F.when(has_header, tail) if tail is not None else None)
 
 
 class ConfluentFramed:
@@ -109,8 +119,8 @@ class ConfluentFramed:
         return spec.schema_id != "prefix"
 
     @staticmethod
-    def framing_of(spec: "JobSpec") -> Framing:
+    def framing_of(spec: "JobSpec", header_tail: bool = False) -> Framing:
         writers = (getattr(spec, "value_schemas", None) or {}).get("writers") or {}
         by_key = {int(k): w.get("guid") for k, w in sorted(writers.items(), key=lambda kv: -int(kv[0]))}
         header = KEY_HEADER if getattr(spec, "role", "value") == "key" else VALUE_HEADER
-        return framing(spec.schema_id, header, by_key)
+        return framing(spec.schema_id, header, by_key, header_tail)

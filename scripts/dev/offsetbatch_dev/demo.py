@@ -15,7 +15,8 @@ its commits listed from the Delta log.
 
 ``DEMO_FORMAT=avro`` (``make demo FORMAT=avro``) runs it on Confluent-framed Avro values instead
 (``offsetbatch_dev.demo_avro``): a stand-in schema registry in a subprocess, the events written by
-confluent-kafka's ``AvroSerializer`` in two schema versions and both wire forms.
+confluent-kafka's ``AvroSerializer`` in two schema versions and both wire forms. ``DEMO_FORMAT=protobuf``
+does the same with Confluent-framed Protobuf values (``value.format: confluent-protobuf``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from offsetbatch.paths import local_dir
 from offsetbatch.sinks.iceberg.catalog import catalog_url
 from offsetbatch.source.admin import KafkaAdmin
 from offsetbatch_dev import demo_avro, verify
-from offsetbatch_dev.sample.avro_events import MALFORMED as AVRO_MALFORMED
 from offsetbatch_dev.sample.producer import produce
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.spark_connect import DEFAULT_PORT as CONNECT_PORT
@@ -87,14 +87,15 @@ def _drop_iceberg_tables(cfg) -> None:
         catalog.engine.dispose()
 
 
-def _avro() -> bool:
-    """Whether ``make demo FORMAT=avro`` asked for Avro values (only on the files sink)."""
+def _registry_kind() -> str | None:
+    """The registry format ``make demo FORMAT=avro`` or ``FORMAT=protobuf`` asked for (only on the
+    files sink), or None for the JSON demo."""
     fmt = os.environ.get("DEMO_FORMAT", "") or "json"
-    if fmt not in ("json", "avro"):
-        raise SystemExit(f"DEMO_FORMAT (make demo FORMAT=...) is 'json' or 'avro', not {fmt!r}")
-    if fmt == "avro" and os.environ.get("DEMO_SINK", "") not in ("", "files"):
-        raise SystemExit("make demo FORMAT=avro runs on the files sink only: leave SINK unset")
-    return fmt == "avro"
+    if fmt not in ("json", "avro", "protobuf"):
+        raise SystemExit(f"DEMO_FORMAT (make demo FORMAT=...) is 'json', 'avro' or 'protobuf', not {fmt!r}")
+    if fmt != "json" and os.environ.get("DEMO_SINK", "") not in ("", "files"):
+        raise SystemExit(f"make demo FORMAT={fmt} runs on the files sink only: leave SINK unset")
+    return None if fmt == "json" else fmt
 
 
 def _install(variant: Path) -> None:
@@ -107,8 +108,8 @@ def _install(variant: Path) -> None:
 def _pipeline() -> str:
     """The sample pipeline's config, or its Iceberg or Avro variant's (installed for this process and
     the ``airflow dags test`` runs it starts)."""
-    if _avro():
-        config = demo_avro.write_config(local_dir() / "demo")
+    if _registry_kind():
+        config = demo_avro.write_config(local_dir() / "demo", _registry_kind())
         _install(config)
         return str(config)
     if os.environ.get("DEMO_SINK", "") in ("", "files"):
@@ -186,8 +187,9 @@ def main() -> int:
     _spark_connect(cfg, broker.bootstrap)
     logs = local_dir() / "demo"
     logs.mkdir(parents=True, exist_ok=True)
-    registry: AbstractContextManager[str | None] = demo_avro.registry(logs) if _avro() else nullcontext()
-    # the demo starts the sample pipeline afresh; the registry (Avro) is stopped on any way out
+    kind = _registry_kind()
+    registry: AbstractContextManager[str | None] = demo_avro.registry(logs) if kind else nullcontext()
+    # the demo starts the sample pipeline afresh; the registry (Avro, Protobuf) is stopped on any way out
     with Pipeline(cfg).ledger(create=True) as ledger, registry as registry_url:
         _reset(cfg, ledger, broker.bootstrap)
 
@@ -196,9 +198,10 @@ def main() -> int:
         if registry_url is not None:
             os.environ[demo_avro.CONN_ENV] = demo_avro.connection(registry_url)  # for the `airflow dags test` runs
             switch = first_hour + timedelta(hours=HOURS / 2)
-            avro = {"encoder": demo_avro.encoder(registry_url, switch), "malformed_values": AVRO_MALFORMED}
+            avro = {"encoder": demo_avro.encoder(registry_url, switch, kind), "malformed_values": demo_avro.malformed(kind)}
             console.print(f"   schema registry stand-in (tests/schema_registry_server.py) ready on {registry_url}; "
-                          f"Avro values: EVENT_V1 in the prefix form before {switch:%H:%M}Z, EVENT_V2 in the header form from then")
+                          f"{'Protobuf' if kind == 'protobuf' else 'Avro'} values: EVENT_V1 in the prefix form before "
+                          f"{switch:%H:%M}Z, EVENT_V2 in the header form from then")
         console.print(f"[bold]2.[/] Producing sample events to {cfg.kafka.topics[0]} for {HOURS} simulated hours from {first_hour:%Y-%m-%d %H:%M}Z")
         produced = produce(broker.bootstrap, cfg.kafka.topics[0], int(os.environ.get("DEMO_RECORDS", "20000")),
                            partitions=4, start=first_hour, hours=HOURS, malformed_fraction=0.01, **avro)
@@ -255,7 +258,7 @@ def main() -> int:
             console.print(f"   output rows per batch in {cfg.sink.path}: "
                           + ", ".join(f"batch {k}: {v}" for k, v in sorted(per_batch.items())))
             if registry_url is not None:
-                console.print("   " + demo_avro.schemas_line(ledger, cfg.name, registry_url))
+                console.print("   " + demo_avro.schemas_line(ledger, cfg.name, registry_url, kind))
             console.print("[bold]5.[/] Exactly-once check (output ids vs produced ids, rejected vs malformed offsets)")
             result = verify.check(cfg.sink.path, produced.valid_ids, produced.malformed, ledger, cfg.name)
         console.print(("   [green]" if result.ok else "   [red]") + result.summary() + "[/]")

@@ -1,9 +1,10 @@
-"""Schema evolution from Avro into the Iceberg and PostgreSQL sinks: a batch decoded with reader
-version 1, then replayed after the reader moved to version 2 (an added optional field). The new
-field becomes a nullable column under those sinks' own rules, filled from the records written with
-v2 and null for v1's; every record once. Tables read back with pyiceberg and plain SQL, not our
-code. Records are written by confluent-kafka 2.16.1's AvroSerializer (v1 prefix, v2 header form);
-no real schema registry can run here, ``tests/schema_registry_server.py`` stands in for one."""
+"""Schema evolution from Avro and Protobuf into the Iceberg and PostgreSQL sinks: a batch decoded with
+reader version 1, then replayed after the reader moved to version 2 (an added optional field). The
+new field becomes a nullable column under those sinks' own rules, filled from the records written
+with v2 and null for v1's; every record once. Tables read back with pyiceberg and plain SQL, not our
+code. Avro records are written by confluent-kafka 2.16.1's AvroSerializer, Protobuf ones framed as
+its ProtobufSerializer frames them (v1 prefix, v2 header form); no real schema registry can run
+here, ``tests/schema_registry_server.py`` stands in for one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from datetime import datetime, timezone
 import pyarrow.dataset as pads
 import pytest
 import yaml
-from harness import avro_pipeline, produce_avro, sample_sink, set_reader_version
+from harness import avro_pipeline, produce_avro, sample_events, sample_sink, set_reader_version
 from schema_registry_server import SchemaRegistryServer
 
 from offsetbatch.config import load_config
@@ -26,12 +27,13 @@ BASE = datetime(2026, 11, 4, tzinfo=timezone.utc)
 TRANSFORM = "SELECT * EXCEPT (kafka_key, kafka_headers) FROM records"
 
 
-def _pipeline(make_pipeline, sink: str, registry_url: str, postgres):
+def _pipeline(make_pipeline, sink: str, registry_url: str, postgres, kind: str = "avro"):
     table = f"avro_{uuid.uuid4().hex[:6]}"
     settings = {**sample_sink(sink), "event_time_column": None,
                 "table": table if sink == "iceberg" else f"public.{table}"}
     ledger_url = postgres.create_database(f"avro_{sink}_{uuid.uuid4().hex[:8]}") if sink == "postgres" else None
-    p = avro_pipeline(make_pipeline, registry_url, version=1, suffix=f"_{sink[:2]}", ledger_url=ledger_url,
+    # the suffix names the format too: the pipeline's name (and so its topic) must differ per parameter
+    p = avro_pipeline(make_pipeline, registry_url, version=1, kind=kind, suffix=f"_{sink[:2]}_{kind[:2]}", ledger_url=ledger_url,
                       sink=settings, transform={"sql": TRANSFORM})
     if sink == "iceberg":
         cfg = yaml.safe_load(p.config_path.read_text())
@@ -45,12 +47,15 @@ def _pipeline(make_pipeline, sink: str, registry_url: str, postgres):
         lambda: verify.check_table(ledger_url, f"public.{table}", p.expected_ids(), p.malformed(), p.ledger, p.name)
 
 
+@pytest.mark.parametrize("kind", ["avro", "protobuf"])
 @pytest.mark.parametrize("sink", ["iceberg", "postgres"])
-def test_a_field_added_by_the_reader_becomes_a_nullable_column_on_replay(make_pipeline, postgres, sink):
+def test_a_field_added_by_the_reader_becomes_a_nullable_column_on_replay(make_pipeline, postgres, sink, kind):
+    events = sample_events(kind)
+    referrer_of = events.referrer_of
     with SchemaRegistryServer() as registry:
-        p, rows, check = _pipeline(make_pipeline, sink, registry.url, postgres)
-        v1 = produce_avro(p, registry.url, EVENT_V1, "prefix", 200, seed=1, start=BASE)
-        v2 = produce_avro(p, registry.url, EVENT_V2, "header", 200, seed=2, start=BASE)
+        p, rows, check = _pipeline(make_pipeline, sink, registry.url, postgres, kind)
+        v1 = produce_avro(p, registry.url, events.EVENT_V1, "prefix", 200, seed=1, start=BASE, kind=kind)
+        v2 = produce_avro(p, registry.url, events.EVENT_V2, "header", 200, seed=2, start=BASE, kind=kind)
         first = p.run(BASE)
         assert first.ok, first.output[-4000:]
         report = check()

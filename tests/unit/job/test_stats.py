@@ -82,6 +82,7 @@ def test_a_record_whose_writer_schema_the_reader_cannot_read_fails_the_batch_nam
 @pytest.mark.parametrize("value_format, schema_id, expected", [
     ("confluent-avro", "prefix", False), ("confluent-avro", "auto", True), ("confluent-avro", "header", True),
     ("confluent-json", "auto", True), ("json", "auto", False),
+    ("confluent-protobuf", "prefix", False), ("confluent-protobuf", "auto", True),
 ])
 def test_a_schema_id_in_a_header_makes_the_job_read_headers(value_format, schema_id, expected):
     from dataclasses import replace

@@ -82,10 +82,12 @@ def test_files_sink_knows_which_attempt_is_published(tmp_path):
 
 
 def test_formats_are_a_registry_checked_at_config_load(tmp_path):
-    assert set(FORMATS) == {"raw", "json", "confluent-json", "avro", "confluent-avro", "debezium", "debezium-avro"}
+    assert set(FORMATS) == {"raw", "json", "confluent-json", "avro", "confluent-avro", "debezium", "debezium-avro",
+                            "confluent-protobuf"}
     assert not FORMATS["json"].keeps_value and FORMATS["raw"].keeps_value
     with pytest.raises(ConfigError, match=r"field 'value.format': .*must be one of 'avro', 'confluent-avro', "
-                                          r"'confluent-json', 'debezium', 'debezium-avro', 'json', 'raw', got 'protobuf'"):
+                                          r"'confluent-json', 'confluent-protobuf', 'debezium', 'debezium-avro', 'json', "
+                                          r"'raw', got 'protobuf'"):
         _load(tmp_path, value={"format": "protobuf"})
     with pytest.raises(ConfigError, match=r"field 'value': .*format 'raw' takes no 'schema'"):
         _load(tmp_path, value={"format": "raw", "schema": "id STRING"})

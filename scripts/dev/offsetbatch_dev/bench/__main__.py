@@ -11,6 +11,8 @@
    registry, resolved as the plan task does), per repetition and size, interleaved: the raw read,
    the job, a Structured Streaming peer calling ``from_avro`` (``peers/``, no project code) and the
    floor: a ``spark.read`` batch that only decodes and writes, with the job's Spark settings;
+5b. ``formats``: the job on the same 1,000,000 events as JSON, Confluent-framed Avro and Confluent-framed
+   Protobuf, interleaved, with the time ratios per repetition (``formats``, a section of its own);
 6. ``freshness``: per-record latency under the lag trigger at a steady 2,000 and 200 records/s,
    10 min each, files and Iceberg sinks, on the real scheduler, triggerer and Spark Connect
    (``freshness``, a section of its own);
@@ -51,7 +53,7 @@ from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.postgres import PostgresCluster
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
 
-PHASES = ("throughput", "dag", "cost", "avro", "freshness", "growth", "fleet")
+PHASES = ("throughput", "dag", "cost", "avro", "formats", "freshness", "growth", "fleet")
 DEFAULT_PHASES = tuple(p for p in PHASES if p != "fleet")  # the fleet's ~50 min are asked for by name
 Samples = dict[int, dict[str, list[throughput.Sample]]]  # by size, by measurement: one per repetition
 CONNECT_CONN = "spark_connect_bench"
@@ -239,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
 
     docs = Path(args.docs)
     docs.mkdir(parents=True, exist_ok=True)
+    if "formats" in phases:  # its own data sets (the JSON one shared); it writes its own section
+        from offsetbatch_dev.bench import formats
+
+        formats.main(["--docs", str(docs), "--allow-load", "--partitions", str(args.partitions),
+                      "--repeat", str(min(args.repeat, 3)), "--driver-memory", args.driver_memory])
     if "freshness" in phases:  # its own services and producer; it writes its own section
         from offsetbatch_dev.bench import freshness
 

@@ -56,11 +56,13 @@ def spark_conf(driver_memory: str) -> dict[str, str]:
             "spark.driver.bindAddress": "127.0.0.1"}
 
 
-def job_spec(ds: Dataset, bootstrap: str, table: str, value_schemas: dict | None = None) -> JobSpec:
+def job_spec(ds: Dataset, bootstrap: str, table: str, value_schemas: dict | None = None,
+             value_format: str = "confluent-avro") -> JobSpec:
     """The spec the plan task writes for ``ds``; ``value_schemas``: the values are Confluent
-    prefix-framed Avro, decoded with these schemas (``avro_dataset.value_schemas``), else JSON."""
+    prefix-framed Avro (``value_format`` "confluent-protobuf": Protobuf), decoded with these schemas
+    (``avro_dataset.value_schemas``, ``protobuf_dataset.value_schemas``), else JSON."""
     value = (dict(value_format="json", schema_ddl=SCHEMA) if value_schemas is None else
-             dict(value_format="confluent-avro", schema_ddl=None, value_schemas=value_schemas, schema_id="prefix"))
+             dict(value_format=value_format, schema_ddl=None, value_schemas=value_schemas, schema_id="prefix"))
     return JobSpec(pipeline="bench", batch_id=1, output_id=1, bootstrap=bootstrap,
                    ranges=[{"topic": tp.topic, "partition": tp.partition, "from_offset": a, "until_offset": b,
                             "frontier_before": a} for tp, (a, b) in sorted(ds.ranges.items())],
@@ -136,13 +138,14 @@ def raw_read(spec_uri: str, conf: dict, work: Path, rep: int) -> Sample:
 
 def batch_job(ds: Dataset, bootstrap: str, conf: dict, work: Path, rep: int,
               client: KafkaClientConfig | None = None, name: str = "job", master: str = "local[*]",
-              value_schemas: dict | None = None, app: Path = JOB) -> Sample:
+              value_schemas: dict | None = None, app: Path = JOB, value_format: str = "confluent-avro") -> Sample:
     """The job as the spark_job task submits it; ``client``: a secured broker's settings (options
     in the spec, secrets in a private file, as the operator does); ``master``: where it runs;
-    ``value_schemas``: Avro values (``job_spec``); ``app``: the job's entry (a benchmark variant of it)."""
+    ``value_schemas``: Avro (or ``value_format``) values (``job_spec``); ``app``: the job's entry
+    (a benchmark variant of it)."""
     table = work / f"{name}-{rep}" / "table"
     shutil.rmtree(table.parent, ignore_errors=True)
-    spec = job_spec(ds, bootstrap, str(table), value_schemas)
+    spec = job_spec(ds, bootstrap, str(table), value_schemas, value_format)
     secrets_file = None
     if client is not None:
         spec.kafka_options = client.spark_options()
