@@ -17,6 +17,8 @@
 # environment. Settings: OFFSETBATCH_IMAGE (offsetbatch:0.1.0), BASE_IMAGE (debian:bookworm-slim),
 # AIRFLOW_PORT (8080), COMPOSE_PROJECT_NAME (offsetbatch), OFFSETBATCH_LOCAL_UPSTREAM (0).
 set -euo pipefail
+# Debian installs dockerd in /usr/sbin, which a non-login or cleaned PATH (env -i, cron, CI) lacks
+export PATH="$PATH:/usr/sbin:/sbin"
 cd "$(dirname "$0")/.."
 
 STATE="${OFFSETBATCH_DEPLOY_STATE:-.local/deploy}"
