@@ -366,3 +366,12 @@ def assert_rebuild_matches_ledger(p: Pipeline) -> None:
     assert {(tp.topic, tp.partition): o for tp, o in plan.frontier.items()} == \
         {(r["topic"], r["partition"]): r["next_offset"] for r in p.ledger.frontier_rows(p.name)}
 
+
+def load_value_config(tmp_path: Path, value: dict, topics=("events",)):
+    """A minimal pipeline config (files sink under ``tmp_path``) with this ``value:`` block, loaded:
+    the plan-time checks of a value format, without a run."""
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": list(topics)}, "value": value,
+                                    "sink": {"path": str(tmp_path / "t")}}))
+    return load_config(path)
+

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
-import yaml
+from harness import load_value_config
 from schema_registry_server import SchemaRegistryServer
 
 from offsetbatch.errors import ConfigError, SchemaRegistryUnavailableError
@@ -305,13 +305,7 @@ def test_the_arrow_udf_turns_values_into_a_struct_column_with_the_reasons():
 
 # ---- the plan task ----------------------------------------------------------------------------
 
-def _load(tmp_path, value: dict, topics=("events",)):
-    from offsetbatch.config import load_config
-
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": list(topics)}, "value": value,
-                                    "sink": {"path": str(tmp_path / "t")}}))
-    return load_config(path)
+_load = load_value_config
 
 
 @pytest.mark.parametrize("value, topics, message", [

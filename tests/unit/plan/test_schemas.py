@@ -8,6 +8,7 @@ import json
 
 import pytest
 from fake_jars import fake_jar
+from harness import load_value_config
 import yaml
 from schema_registry_server import SchemaRegistryServer
 
@@ -23,13 +24,7 @@ V2 = {"type": "record", "name": "E", "fields": [{"name": "id", "type": "string"}
                                                  {"name": "n", "type": ["null", "int"], "default": None}]}
 
 
-def _load(tmp_path, value: dict, topics=("events",)):
-    from offsetbatch.config import load_config
-
-    path = tmp_path / "p.yaml"
-    path.write_text(yaml.safe_dump({"name": "p", "kafka": {"topics": list(topics)}, "value": value,
-                                    "sink": {"path": str(tmp_path / "t")}}))
-    return load_config(path)
+_load = load_value_config
 
 
 @pytest.mark.parametrize("value, topics, message", [
