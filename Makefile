@@ -12,7 +12,7 @@ help:
 	@echo "             a stand-in schema registry, tests/schema_registry_server.py, runs for the demo)"
 	@echo "             make demo FORMAT=protobuf: the same on Confluent-framed Protobuf (value.format confluent-protobuf)"
 	@echo "make test    install everything, then run the whole test suite (unit + integration, then test-deploy)"
-	@echo "make test-deploy  build the images and prove docker-compose.yaml's stack (about 15 min; needs root or sudo)"
+	@echo "make test-deploy  build the images and prove docker-compose.yaml's stack (about 10 min: Celery workers, faults; needs root or sudo)"
 	@echo "make deploy-up / deploy-down   the container stack (scripts/deploy.sh up / down)"
 	@echo "make bench   benchmarks (about 60 min, on a quiet machine): docs/benchmarks.md; BENCH_ARGS='--sizes 500000 --repeat 3' for a quick one"
 	@echo "make bench-ui  UI plugin page times with 10,000 batches vs 100 (about 3 min): docs/ui-benchmark.md"

@@ -6,8 +6,9 @@
 #   scripts/deploy.sh base      the Debian 12 base image (debian:bookworm-slim): pulled, or, where no
 #                               registry is reachable, made from Debian's packages with debootstrap
 #   scripts/deploy.sh build     the offsetbatch image (Dockerfile); with OFFSETBATCH_LOCAL_UPSTREAM=1
-#                               also Kafka and PostgreSQL equivalents from Debian packages and Maven
-#                               Central (scripts/docker/kafka, scripts/docker/postgres)
+#                               also Kafka, PostgreSQL and Redis equivalents from Debian packages and
+#                               Maven Central (scripts/docker/kafka, scripts/docker/postgres,
+#                               scripts/docker/redis)
 #   scripts/deploy.sh up        engine + base + build, then `compose up -d`; waits for Airflow's API
 #   scripts/deploy.sh down      `compose down -v`: containers, networks and volumes
 #   scripts/deploy.sh compose … any compose command with the stack's project name and secrets
@@ -27,6 +28,7 @@ export COMPOSE_PROJECT_NAME="${COMPOSE_PROJECT_NAME:-offsetbatch}"
 BASE_IMAGE="${BASE_IMAGE:-debian:bookworm-slim}"
 LOCAL_KAFKA_IMAGE=offsetbatch/kafka:4.1.1-debian
 LOCAL_POSTGRES_IMAGE=offsetbatch/postgres:15-debian
+LOCAL_REDIS_IMAGE=offsetbatch/redis:7-debian
 mkdir -p "$STATE"
 
 say() { printf 'deploy: %s\n' "$*" >&2; }
@@ -94,9 +96,10 @@ build() {
     cp /usr/local/share/ca-certificates/*.crt scripts/docker/ca-certificates/
   fi
   image "$OFFSETBATCH_IMAGE"
-  if [ "${OFFSETBATCH_LOCAL_UPSTREAM:-0}" = 1 ]; then  # stand-ins for apache/kafka and postgres
+  if [ "${OFFSETBATCH_LOCAL_UPSTREAM:-0}" = 1 ]; then  # stand-ins for apache/kafka, postgres and redis
     image "$LOCAL_KAFKA_IMAGE" -f scripts/docker/kafka/Dockerfile
     image "$LOCAL_POSTGRES_IMAGE" -f scripts/docker/postgres/Dockerfile
+    image "$LOCAL_REDIS_IMAGE" -f scripts/docker/redis/Dockerfile
   fi
 }
 
@@ -113,7 +116,8 @@ secrets() {
     [ -n "${!name:-}" ] || export "$name=$value"
   done < "$file"
   if [ "${OFFSETBATCH_LOCAL_UPSTREAM:-0}" = 1 ]; then
-    export KAFKA_IMAGE="${KAFKA_IMAGE:-$LOCAL_KAFKA_IMAGE}" POSTGRES_IMAGE="${POSTGRES_IMAGE:-$LOCAL_POSTGRES_IMAGE}"
+    export KAFKA_IMAGE="${KAFKA_IMAGE:-$LOCAL_KAFKA_IMAGE}" POSTGRES_IMAGE="${POSTGRES_IMAGE:-$LOCAL_POSTGRES_IMAGE}" \
+      REDIS_IMAGE="${REDIS_IMAGE:-$LOCAL_REDIS_IMAGE}"
   fi
 }
 
@@ -142,5 +146,5 @@ case "${1:-}" in
     else say "no Docker Engine installed: nothing to remove"; fi ;;
   compose) shift; engine; secrets; compose "$@" ;;
   secrets) secrets; echo "$STATE/secrets.env" ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -169,3 +169,35 @@ def test_a_dag_that_cannot_be_built_hides_no_other_and_is_an_import_error(instal
     assert [str(k).rsplit("/", 1)[-1] for k in bag.import_errors] == ["offsetbatch_pipeline_errors.py"]
     message = next(iter(bag.import_errors.values()))
     assert f"{pipelines / 'beta.yml'}: pipeline beta's DAG cannot be built: ValueError: URI must be ascii" in message
+
+
+def test_airflow_queues_route_each_task_and_a_bad_name_names_the_field(installed):
+    """``airflow.queues`` sets each task's Celery queue (the deployment test pins plan, spark_job
+    and commit to three workers with it); a task left out keeps Airflow's default queue."""
+    from airflow.configuration import conf
+
+    pipelines, _, bad = installed
+    bad.unlink()
+    (pipelines / "alpha.yaml").write_text(_pipeline_yaml("alpha", pipelines.parent) + (
+        "airflow: {queues: {plan: light, spark_job: 'spark-drivers', maintain: light}}\n"
+        "maintenance: {schedule: '0 3 * * *'}\n"))
+    dags = pipeline_dags()
+    tasks = dags["offsetbatch_alpha"].task_dict
+    default = conf.get("operators", "default_queue")
+    assert {t: tasks[t].queue for t in ("plan", "spark_job", "commit")} == {
+        "plan": "light", "spark_job": "spark-drivers", "commit": default}
+    assert dags["offsetbatch_alpha_maintenance"].get_task("maintain").queue == "light"
+    assert {t.queue for t in dags["offsetbatch_beta"].tasks} == {default}
+
+    (pipelines / "alpha.yaml").write_text(_pipeline_yaml("alpha", pipelines.parent) +
+                                          "airflow: {queues: {comit: light}}\n")
+    pipeline_dags()
+    with pytest.raises(ConfigError) as err:
+        raise_config_errors()
+    assert "airflow.queues.comit" in str(err.value)
+    (pipelines / "alpha.yaml").write_text(_pipeline_yaml("alpha", pipelines.parent) +
+                                          "airflow: {queues: {plan: 'two words'}}\n")
+    pipeline_dags()
+    with pytest.raises(ConfigError) as err:
+        raise_config_errors()
+    assert "airflow.queues.plan" in str(err.value) and "'two words' is not a queue name" in str(err.value)

@@ -250,6 +250,25 @@ class LagTriggerSettings(_Model):
         return self
 
 
+class TaskQueues(_Model):
+    """The Celery queue of each task (Airflow's operator ``queue``): a pipeline's tasks go to the
+    workers that serve it, e.g. the spark_job task to the ones with room for a spark-submit driver.
+    A task left out goes to Airflow's ``[operators] default_queue``; LocalExecutor ignores queues."""
+
+    plan: str | None = None
+    spark_job: str | None = None
+    commit: str | None = None
+    maintain: str | None = Field(None, description="the maintenance DAG's one task")
+
+    @field_validator("plan", "spark_job", "commit", "maintain")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", v):
+            raise ValueError(f"queue {v!r} is not a queue name (letters, digits, '_', '.', ':', '-'; the name a Celery "
+                             f"worker serves with 'airflow celery worker --queues')")
+        return v
+
+
 class AirflowSettings(_Model):
     schedule: str | None = Field("0 * * * *", description="cron expression for CronDataIntervalTimetable; null: "
                                  "runs start only by airflow.trigger (or by hand)")
@@ -261,6 +280,7 @@ class AirflowSettings(_Model):
     retry_delay_seconds: Count = Field(60, ge=0, le=86400)
     owner: str = "data-engineering"
     tags: list[str] = Field(default_factory=list)
+    queues: TaskQueues = Field(default_factory=TaskQueues, description="Celery queue per task")
     asset_partitions: bool = Field(
         False, description="the commit's asset event carries each batch's time slice as a partition key "
                            "('%Y-%m-%dT%H:%M:%S', UTC, the interval's start), for DAGs scheduled with "

@@ -171,6 +171,13 @@ def _schedule(cfg, cfg_path: str):
     return [waiting] if cron is None else AssetOrTimeSchedule(timetable=cron, assets=[waiting])
 
 
+def _queue(cfg, task: str) -> dict[str, str]:
+    """``queue=`` for a task the pipeline routes (``airflow.queues``); nothing, so Airflow's
+    ``[operators] default_queue`` applies, for one it does not."""
+    queue = getattr(cfg.airflow.queues, task)
+    return {"queue": queue} if queue else {}
+
+
 def _build(pipeline: Pipeline, path: Path):
     """The DAG of ``pipeline``, read from ``path``: its tasks re-read the file, so they run today's config."""
     from airflow.sdk import Asset, dag
@@ -210,15 +217,16 @@ def _build(pipeline: Pipeline, path: Path):
             from offsetbatch.dag.operators.spark_connect import BatchSparkConnectOperator
 
             spark_job = BatchSparkConnectOperator(task_id="spark_job", config_path=cfg_path,
-                                                  conn_id=cfg.spark.connect_conn_id, conf=dict(cfg.spark.conf))
+                                                  conn_id=cfg.spark.connect_conn_id, conf=dict(cfg.spark.conf),
+                                                  **_queue(cfg, "spark_job"))
         else:
             from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
 
             spark_job = BatchSparkSubmitOperator(task_id="spark_job", config_path=cfg_path, conn_id=cfg.spark.conn_id,
-                                                 conf=dict(cfg.spark.conf), verbose=False)
+                                                 conf=dict(cfg.spark.conf), verbose=False, **_queue(cfg, "spark_job"))
 
-        plan = PlanOperator(task_id="plan", config_path=cfg_path)
-        commit = CommitOperator(task_id="commit", config_path=cfg_path, outlets=[asset])
+        plan = PlanOperator(task_id="plan", config_path=cfg_path, **_queue(cfg, "plan"))
+        commit = CommitOperator(task_id="commit", config_path=cfg_path, outlets=[asset], **_queue(cfg, "commit"))
         plan >> spark_job >> commit
 
     return offsetbatch_pipeline()
@@ -246,6 +254,6 @@ def _build_maintenance(cfg, path: Path):
                       "retry_delay": timedelta(seconds=cfg.airflow.retry_delay_seconds), "pool": cfg.pool},
     )
     def offsetbatch_maintenance():
-        MaintainOperator(task_id="maintain", config_path=str(path))
+        MaintainOperator(task_id="maintain", config_path=str(path), **_queue(cfg, "maintain"))
 
     return offsetbatch_maintenance()

@@ -21,6 +21,8 @@ pytestmark = pytest.mark.integration
 COMPOSE = PROJECT_ROOT / "docker-compose.yaml"
 DOCKERFILE = PROJECT_ROOT / "Dockerfile"
 BROKERS = ("kafka-1", "kafka-2", "kafka-3")
+CELERY_WORKERS = ("airflow-worker-1", "airflow-worker-2", "airflow-worker-3")
+SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 STATE = "/opt/offsetbatch/state"  # OFFSETBATCH_HOME: job specs, staging, tables
 
 
@@ -49,12 +51,37 @@ def test_compose_refuses_to_start_without_its_passwords(missing):
 
 def test_compose_has_the_services_a_team_starts_with():
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    for name in (*BROKERS, "postgres", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-                 "airflow-triggerer", "spark-master", "spark-worker", "spark-connect"):
+    for name in (*BROKERS, "postgres", "redis", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
+                 "airflow-triggerer", *CELERY_WORKERS, "spark-master", *SPARK_WORKERS, "spark-connect"):
         assert name in services, name
     for broker in BROKERS:
         assert services[broker]["image"] == "${KAFKA_IMAGE:-apache/kafka:4.1.1}", "users pull apache/kafka by default"
     assert services["postgres"]["image"] == "${POSTGRES_IMAGE:-postgres:16}"
+    assert services["redis"]["image"] == "${REDIS_IMAGE:-redis:7.2-bookworm}"
+
+
+def test_airflow_runs_on_celery_with_settings_chosen_for_offsetbatch_tasks():
+    """Issue 54: the CeleryExecutor, Redis as its broker with an append-only file on a volume (a
+    restart keeps queued and unacknowledged tasks), late acks, a visibility timeout longer than any
+    task, a lost worker's task retried within a minute; every worker serves `default` and a queue
+    of its own name (what `airflow.queues` routes to), under the host name Airflow records."""
+    doc = yaml.safe_load(COMPOSE.read_text())
+    services = doc["services"]
+    for name in ("airflow-scheduler", "airflow-api-server", *CELERY_WORKERS):
+        env = services[name]["environment"]
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+        assert env["AIRFLOW__CELERY__BROKER_URL"] == "redis://redis:6379/0", name
+        assert env["AIRFLOW__CELERY__TASK_ACKS_LATE"] == "True"
+        assert int(env["AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT"]) >= 3600
+        assert int(env["AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT"]) == 60
+    redis = services["redis"]
+    assert redis["command"][:3] == ["redis-server", "--appendonly", "yes"] and "redis-data:/data" in redis["volumes"]
+    assert "ports" not in redis, "Celery's broker is reached on the stack's network only"
+    for name in CELERY_WORKERS:
+        svc = services[name]
+        assert svc["command"] == ["celery", "worker", "--queues", f"default,{name}"] and svc["hostname"] == name
+        assert f"offsetbatch-state:{STATE}" in svc["volumes"]
+        assert svc["depends_on"]["redis"]["condition"] == "service_healthy"
 
 
 def test_every_bind_mount_exists_in_the_repo_and_no_service_runs_the_working_tree():
@@ -78,7 +105,7 @@ def _task_and_spark_services(doc: dict) -> dict:
 def test_every_service_that_runs_tasks_or_spark_uses_the_built_image():
     doc = yaml.safe_load(COMPOSE.read_text())
     services = _task_and_spark_services(doc)
-    assert {"airflow-init", "airflow-scheduler", "spark-master", "spark-worker"} <= set(services)
+    assert {"airflow-init", "airflow-scheduler", *CELERY_WORKERS, "spark-master", *SPARK_WORKERS} <= set(services)
     images = set()
     for name, svc in services.items():
         build = svc.get("build")
@@ -100,7 +127,7 @@ def test_every_published_port_is_bound_to_loopback():
 
 def test_spark_connect_master_worker_and_the_shared_state():
     """The sample pipelines run on the Spark Connect server, a driver on the standalone master; the
-    executors (worker) and that driver see the job specs, staging and tables (OFFSETBATCH_HOME) at
+    executors (two workers) and that driver see the job specs, staging and tables (OFFSETBATCH_HOME) at
     the same path as the Airflow tasks."""
     doc = yaml.safe_load(COMPOSE.read_text())
     services = doc["services"]
@@ -111,10 +138,11 @@ def test_spark_connect_master_worker_and_the_shared_state():
     assert "--master spark://spark-master:7077" in services["spark-connect"]["command"][0]
     spark = json.loads(airflow_env["AIRFLOW_CONN_SPARK_DEFAULT"])
     assert (spark["host"], spark["port"], spark["extra"]["deploy-mode"]) == ("spark://spark-master", 7077, "client")
-    worker_cmd = services["spark-worker"]["command"]
-    assert worker_cmd[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
-    assert worker_cmd[-1] == "spark://spark-master:7077"
-    for name in ("airflow-scheduler", "spark-worker", "spark-connect"):
+    for worker in SPARK_WORKERS:
+        worker_cmd = services[worker]["command"]
+        assert worker_cmd[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+        assert worker_cmd[-1] == "spark://spark-master:7077"
+    for name in ("airflow-scheduler", *CELERY_WORKERS, *SPARK_WORKERS, "spark-connect"):
         assert f"offsetbatch-state:{STATE}" in services[name]["volumes"], f"{name} does not see {STATE}"
     assert "offsetbatch-state" in doc["volumes"], "the shared state is a named volume"
 

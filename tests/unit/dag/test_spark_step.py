@@ -162,3 +162,36 @@ def test_a_job_error_no_retry_fixes_fails_the_task_at_once(cfg, types, permanent
         assert "No retry fixes this error" in str(raised.value) and "the job's last error: x: y" in str(raised.value)
     else:
         assert raised.value is failed
+
+
+@pytest.mark.parametrize("mode", ["cluster", "client"])
+def test_cluster_deploy_mode_is_refused_before_an_attempt_is_counted(cfg, mode, monkeypatch):
+    """Issue 54: a driver started by ``--deploy-mode cluster`` runs on another host than the worker
+    that wrote the job's secrets file. The task fails at once (no retry fixes a connection), naming
+    the connection and the two ways out, and the ledger counts no attempt."""
+    import json
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from offsetbatch.dag.operators.spark_submit import BatchSparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTERED", json.dumps(
+        {"conn_type": "spark", "host": "spark://spark-master", "port": 7077, "extra": {"deploy-mode": mode}}))
+    plan = _plan(cfg, (0, 10))
+    op = BatchSparkSubmitOperator(task_id="spark_job", config_path=str(cfg.source_file), conn_id="spark_clustered")
+
+    class TI:
+        try_number = 1
+
+        def xcom_pull(self, task_ids):
+            return plan
+
+    if mode == "cluster":
+        with pytest.raises(AirflowFailException) as err:
+            op.execute({"ti": TI()})
+        assert "'spark_clustered'" in str(err.value) and "spark://spark-master:7077" in str(err.value)
+        assert "'deploy-mode' to 'client'" in str(err.value) and "Spark Connect" in str(err.value)
+    else:
+        op._refuse_cluster_mode()  # client mode goes on to submit (the integration suite runs it)
+    with Pipeline(cfg).ledger() as ledger:
+        assert ledger.get_batch("p", 1).stats.get("attempts", 0) == 0

@@ -81,11 +81,31 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
         hook.__class__ = _ScrubbedSparkSubmitHook
         return hook
 
+    def _refuse_cluster_mode(self) -> None:
+        """Before the ledger counts an attempt: the job's secrets file is written on this worker, and
+        a driver started elsewhere (``--deploy-mode cluster``) could not read it; Spark standalone
+        refuses Python applications in cluster mode anyway. Client mode or a Connect server it is."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        self._hook = self._get_hook()  # the provider's execute() reuses it
+        connection = self._hook._connection
+        if connection.get("deploy_mode") == "cluster":
+            raise AirflowFailException(
+                f"{self.dag_id}.{self.task_id}: the Spark connection {self._conn_id!r} (master "
+                f"{connection.get('master')}) asks for --deploy-mode cluster, which offsetbatch refuses: the driver "
+                f"would start on another host than this Airflow worker, where the job's secrets file (Kafka login, "
+                f"object store keys; written 0600 here, never sent in arguments) does not exist, and Spark "
+                f"standalone runs no Python application in cluster mode. Set the connection's extra "
+                f"'deploy-mode' to 'client' (the driver runs in this task), or run the job on a Spark Connect "
+                f"server (spark.runner: connect): its sessions carry the secrets in memory, wherever the task "
+                f"runs. No attempt was counted.")
+
     def execute(self, context: Any) -> str:
         from offsetbatch.dag.operators.spark_step import failure_explained, prepare
         from offsetbatch import job_secrets
 
         self.remember_plan(context)
+        self._refuse_cluster_mode()
         pipeline, secrets, submission = prepare(self.config_path, context, self.plan_task_id)
         if not self.jars:
             from offsetbatch.dag.retry_policy import fail_without_retry
