@@ -358,6 +358,11 @@ def test_a_worker_killed_holding_the_ledger_lock_and_again_mid_commit(stack, tmp
     assert commit["try_number"] == 3 and commit["state"] == "success", commit
     stack.check_once(PINNED, tmp_path / "after", "a worker killed holding the lock and mid-commit")
 
+    stack.produce(1_000)  # the next run, on the three workers again
+    stack.trigger(PINNED, f"{PINNED}-3")
+    assert stack.wait_for_run(PINNED, f"{PINNED}-3") == "success", stack.diagnostics()
+    stack.check_once(PINNED, tmp_path / "next", "the next run")
+
 
 def test_a_kafka_broker_a_spark_worker_and_celerys_broker_lost_while_a_job_writes(stack, tmp_path):
     """While the sample pipeline's job writes a 300,000-record batch: kafka-2 and spark-worker-1
@@ -379,6 +384,10 @@ def test_a_kafka_broker_a_spark_worker_and_celerys_broker_lost_while_a_job_write
     docker("start", stack.container("kafka-2"), spark_worker)
     stack.mark("kafka-2 and spark-worker-1 started again")
     stack.timeline[f"{SAMPLE}-2 state"] = stack.wait_for_run(SAMPLE, f"{SAMPLE}-2")
+    server = subprocess.run(["docker", "logs", stack.container("spark-connect")], capture_output=True, text=True)
+    stack.timeline["the Connect server's log on the lost worker"] = [
+        line[-300:] for line in (server.stdout + server.stderr).splitlines()
+        if "executor" in line.lower() and ("lost" in line.lower() or "removed" in line.lower())][:8]
 
     stack.produce(5_000)
     stack.trigger(SAMPLE, f"{SAMPLE}-3")
@@ -402,6 +411,10 @@ def test_the_scheduler_killed_mid_run(stack, tmp_path):
     stack.mark("airflow-scheduler started again")
     assert stack.wait_for_run(SAMPLE, f"{SAMPLE}-4") == "success", stack.diagnostics()
     stack.check_once(SAMPLE, tmp_path / "t", "the scheduler killed")
+    stack.produce(1_000)
+    stack.trigger(SAMPLE, f"{SAMPLE}-5")
+    assert stack.wait_for_run(SAMPLE, f"{SAMPLE}-5") == "success", stack.diagnostics()
+    stack.check_once(SAMPLE, tmp_path / "next", "the next run")
     stack.timeline["redelivered task messages per worker, in all"] = stack.redeliveries()
 
 

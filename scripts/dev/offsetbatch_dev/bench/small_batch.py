@@ -8,7 +8,8 @@ Produces ``--records`` JSON sample events once (4 partitions), starts a Connect 
 fresh table, each in a new session as the task does, and after each the baseline: the job's own
 Kafka read of the same ranges, only counted (``raw_read_app.raw``), in a new session too. Prints
 each run's seconds (the manifest's ``job_seconds``, the wall time including the session, the raw
-read) and, with ``--profile``, the client's cProfile of the last run: where a run waits on the
+read), the Spark Connect round trips each made (``connect_calls``: AnalyzePlan, ExecutePlan, Config)
+and, with ``--profile``, the client's cProfile of the last run: where a run waits on the
 server (each Spark Connect RPC is a round trip). Refuses a busy machine unless ``--allow-load``
 (``quiet``); the medians go to docs/benchmarks.md, section ``small-batch``.
 """
@@ -32,6 +33,7 @@ from offsetbatch.sinks.files import TableLayout
 
 from offsetbatch_dev import PROJECT_ROOT
 from offsetbatch_dev.bench import quiet, report, throughput
+from offsetbatch_dev.bench.connect_calls import Call, counting, summary
 from offsetbatch_dev.bench.dataset import ensure_dataset
 from offsetbatch_dev.stack.kafka_broker import KafkaBroker
 from offsetbatch_dev.stack.spark_connect import SparkConnectServer
@@ -40,8 +42,8 @@ PORT = 15291
 TARGET_S = 3.0  # issue 42: the Spark job of a 10,000-record batch on Spark Connect
 
 
-def one_run(url: str, spec_uri: str, attempt: str) -> tuple[float, float]:
-    """(wall seconds including the session, the manifest's job seconds)."""
+def one_run(url: str, spec_uri: str, attempt: str) -> tuple[float, float, list[Call]]:
+    """(wall seconds including the session, the manifest's job seconds, the job's round trips)."""
     from pyspark.sql import SparkSession
 
     from offsetbatch.job.run import SQL_DEFAULTS, run_batches
@@ -52,13 +54,14 @@ def one_run(url: str, spec_uri: str, attempt: str) -> tuple[float, float]:
     try:
         for key, value in SQL_DEFAULTS.items():
             spark.conf.set(key, value)
-        [manifest] = run_batches(spark, [JobSpec.load(spec_uri)], attempt, {})
+        with counting() as calls:
+            [manifest] = run_batches(spark, [JobSpec.load(spec_uri)], attempt, {})
     finally:
         spark.stop()
-    return time.monotonic() - t0, manifest.job_seconds
+    return time.monotonic() - t0, manifest.job_seconds, calls
 
 
-def raw_run(url: str, spec_uri: str) -> float:
+def raw_run(url: str, spec_uri: str) -> tuple[float, list[Call]]:
     """The baseline: the job's own read of the same ranges, only counted, in a new session."""
     from pyspark.sql import SparkSession
 
@@ -68,7 +71,9 @@ def raw_run(url: str, spec_uri: str) -> float:
 
     spark = SparkSession.builder.remote(url).create()
     try:
-        return raw(spark, JobSpec.load(spec_uri))["seconds"]
+        with counting() as calls:
+            seconds = raw(spark, JobSpec.load(spec_uri))["seconds"]
+        return seconds, calls
     finally:
         spark.stop()
 
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             profiler = cProfile.Profile() if args.profile and rep == args.repeat - 1 else None
             if profiler:
                 profiler.enable()
-            wall, job = one_run(server.url, uri, f"rep{rep}")
+            wall, job, job_calls = one_run(server.url, uri, f"rep{rep}")
             if profiler:
                 profiler.disable()
                 out = io.StringIO()
@@ -111,20 +116,21 @@ def main(argv: list[str] | None = None) -> int:
                 console.print(out.getvalue())
             walls.append(wall)
             jobs.append(job)
-            raws.append(raw_run(server.url, uri))
+            raw_seconds, raw_calls = raw_run(server.url, uri)
+            raws.append(raw_seconds)
             console.print(f"run {rep + 1}: {job:.2f} s job, {wall:.2f} s with the session, raw read {raws[-1]:.2f} s "
-                          f"({args.records:,} records)")
+                          f"({args.records:,} records)\n  job: {summary(job_calls)}\n  raw read: {summary(raw_calls)}")
     finally:
         server.stop()
     lines = section(args.records, jobs, walls, raws, busy, report.command_line("offsetbatch_dev.bench.small_batch", argv),
-                    warning)
+                    warning, (summary(job_calls), summary(raw_calls)))
     console.print("\n".join(lines[2:]))
     report.write_section(Path(args.docs) / "benchmarks.md", "small-batch", lines)
     return 0
 
 
 def section(records: int, jobs: list[float], walls: list[float], raws: list[float], busy: list[float],
-            command: str, warning: str | None) -> list[str]:
+            command: str, warning: str | None, round_trips: tuple[str, str] | None = None) -> list[str]:
     """The docs section: medians of the warm runs (the first run warms the server's JVM)."""
     warm = slice(1, None) if len(jobs) > 1 else slice(None)
     job, wall, raw = (statistics.median(xs[warm]) for xs in (jobs, walls, raws))
@@ -151,6 +157,9 @@ def section(records: int, jobs: list[float], walls: list[float], raws: list[floa
         f"{'met' if job <= TARGET_S else 'missed'} ({job:.2f} s)."
         + (f" Runs {', '.join(map(str, flagged))} started on a busy machine (over {quiet.BUSY_LIMIT:.0f} % CPU)."
            if flagged else ""),
+        *([] if round_trips is None else [
+            "", f"Spark Connect round trips of the last run (`connect_calls`): the job {round_trips[0]}; the raw "
+                f"read {round_trips[1]}."]),
     ]
 
 
