@@ -14,6 +14,7 @@ the product.
 from __future__ import annotations
 
 import time
+import traceback
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,6 +26,14 @@ class Call:
     kind: str  # AnalyzePlan, ExecutePlan, Config
     what: str  # the analysis asked for, or the config operation
     seconds: float
+    where: str = ""  # the innermost offsetbatch frame that made it (module:line function)
+
+
+def _caller() -> str:
+    for frame in reversed(traceback.extract_stack()[:-3]):
+        if "/offsetbatch/" in frame.filename and "offsetbatch_dev" not in frame.filename:
+            return f"{frame.filename.rsplit('/offsetbatch/', 1)[1]}:{frame.lineno} {frame.name}"
+    return "?"
 
 
 @contextmanager
@@ -43,7 +52,7 @@ def counting() -> Iterator[list[Call]]:
             try:
                 return original(self, *args, **kwargs)
             finally:
-                calls.append(Call(kind, what(args, kwargs), time.monotonic() - t0))
+                calls.append(Call(kind, what(args, kwargs), time.monotonic() - t0, _caller()))
         return wrapper
 
     SparkConnectClient._analyze = timed("_analyze", "AnalyzePlan", lambda a, k: k.get("method") or a[0])
