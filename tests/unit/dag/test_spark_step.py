@@ -193,5 +193,6 @@ def test_cluster_deploy_mode_is_refused_before_an_attempt_is_counted(cfg, mode, 
         assert "'deploy-mode' to 'client'" in str(err.value) and "Spark Connect" in str(err.value)
     else:
         op._refuse_cluster_mode()  # client mode goes on to submit (the integration suite runs it)
+        assert op._hook is None, "the hook that submits is built later, with the job's arguments"
     with Pipeline(cfg).ledger() as ledger:
         assert ledger.get_batch("p", 1).stats.get("attempts", 0) == 0

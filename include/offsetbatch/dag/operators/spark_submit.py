@@ -87,8 +87,9 @@ class BatchSparkSubmitOperator(BatchLineage, SparkSubmitOperator):
         refuses Python applications in cluster mode anyway. Client mode or a Connect server it is."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        self._hook = self._get_hook()  # the provider's execute() reuses it
-        connection = self._hook._connection
+        # A hook of its own: the provider's execute() builds the one that submits, from the
+        # application arguments set after this check.
+        connection = self._get_hook()._connection
         if connection.get("deploy_mode") == "cluster":
             raise AirflowFailException(
                 f"{self.dag_id}.{self.task_id}: the Spark connection {self._conn_id!r} (master "
