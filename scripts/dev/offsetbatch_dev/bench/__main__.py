@@ -92,6 +92,11 @@ def _measure(key: str, ds: Dataset, bootstrap: str, spec_uri: str, conf: dict, w
         assert value_schemas is not None
         return throughput.peer("batch_read_avro", ds, bootstrap, throughput.floor_conf(conf), work, rep,
                                schema=value_schemas["reader"], required=[])
+    if key == "json_floor":  # the least a Spark application does to land these records: parse, write
+        return throughput.peer("batch_read", ds, bootstrap, throughput.floor_conf(conf), work, rep, required=[])
+    if key == "peer_gc":  # the documented query with the job's driver collector
+        return throughput.peer("structured_streaming", ds, bootstrap,
+                               {**conf, "spark.driver.extraJavaOptions": "-XX:+UseParallelGC"}, work, rep)
     return throughput.peer("structured_streaming" if key == "peer" else "batch_read", ds, bootstrap, conf, work, rep)
 
 
