@@ -131,7 +131,7 @@ def profile_job(ds, bootstrap: str, conf: dict, work: Path, name: str = "job",
     return seconds, samples_of(recording)
 
 
-def profile_peer(kind: str, ds, bootstrap: str, conf: dict, work: Path, **schema: str) -> tuple[float, Counter]:
+def profile_peer(kind: str, ds, bootstrap: str, conf: dict, work: Path, **schema) -> tuple[float, Counter]:
     recording = work / f"{kind}.jfr"
     sample = throughput.peer(kind, ds, bootstrap, jfr_conf(conf, recording), work, 0, **schema)
     return sample.seconds, samples_of(recording)
@@ -189,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         profiles |= {
             "peer: Structured Streaming": profile_peer("structured_streaming", ds, broker.bootstrap, conf, work),
-            "peer: spark.read": profile_peer("batch_read", ds, broker.bootstrap, conf, work)}
+            "peer: spark.read": profile_peer("batch_read", ds, broker.bootstrap, conf, work),
+            # the no-check floor of the throughput bench (issue 57): the job's Spark settings, nothing required
+            "floor: parse and write only": profile_peer("batch_read", ds, broker.bootstrap, throughput.floor_conf(conf),
+                                                        work, required=[])}
     lines = table(profiles)
     print("\n".join(lines))
     if args.write:
