@@ -93,20 +93,23 @@ def ensure_avro_dataset(bootstrap: str, server: Any, records: int, partitions: i
     return ds, schema_id
 
 
-def value_schemas(ds: Dataset, server: Any, required: list[str], work: Path) -> dict:
+def value_schemas(ds: Dataset, server: Any, required: list[str], work: Path,
+                  value_format: str = "confluent-avro") -> dict:
     """The job spec's ``value_schemas`` as the plan task resolves them: a pipeline config with
-    ``value.format: confluent-avro`` (``schema_id: prefix``) and ``plan.schemas.resolve``
-    against the registry (reader: the subject's latest version, pinned)."""
+    ``value.format: <value_format>`` (``schema_id: prefix``; ``confluent-protobuf`` for
+    ``protobuf_dataset``) and ``plan.schemas.resolve`` against the registry (reader: the subject's
+    latest version, pinned)."""
     from offsetbatch.source.schema_registry import RegistrySettings, SchemaRegistry
     from offsetbatch.pipeline import Pipeline
     from offsetbatch.plan.schemas import resolve
 
-    path = work / "bench-avro.yaml"
+    name = value_format.removeprefix("confluent-")
+    path = work / f"bench-{name}.yaml"
     path.write_text(yaml.safe_dump({
-        "name": "bench_avro", "kafka": {"topics": [ds.topic]},
-        "value": {"format": "confluent-avro", "schema_registry": {"conn_id": REGISTRY_CONN}, "schema_id": "prefix",
+        "name": f"bench_{name}", "kafka": {"topics": [ds.topic]},
+        "value": {"format": value_format, "schema_registry": {"conn_id": REGISTRY_CONN}, "schema_id": "prefix",
                   "required": required},
-        "sink": {"path": str(work / "bench-avro-unused")}}))
+        "sink": {"path": str(work / f"bench-{name}-unused")}}))
     schemas = resolve(Pipeline.load(path), registry=lambda: SchemaRegistry(RegistrySettings.from_fields(REGISTRY_CONN,
                                                                                                       server.url)))
     assert schemas is not None

@@ -16,9 +16,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from offsetbatch_dev.bench.avro_dataset import REGISTRY_CONN
+from offsetbatch_dev.bench import avro_dataset
 from offsetbatch_dev.bench.dataset import Dataset, ensure_dataset
 from offsetbatch_dev.sample.protobuf_events import message_class
 
@@ -64,12 +62,10 @@ class PrefixedProtobuf:
 
 def ensure_protobuf_dataset(bootstrap: str, server: Any, records: int, partitions: int) -> tuple[Dataset, int]:
     """The Protobuf data set (topic ``bench-protobuf-<N>-<P>``) and its schema id."""
-    from offsetbatch_dev.bench.avro_dataset import _first_prefix
-
     topic = f"bench-protobuf-{records}-{partitions}"
     schema_id = server.register(f"{topic}-value", SCHEMA, "PROTOBUF").id
     ds = ensure_dataset(bootstrap, topic, records, partitions, encode=PrefixedProtobuf(schema_id))
-    found = _first_prefix(bootstrap, topic)
+    found = avro_dataset._first_prefix(bootstrap, topic)
     if found != PrefixedProtobuf(schema_id).prefix[:5]:
         raise RuntimeError(f"topic {topic} holds records framed {found.hex()}, not with schema id {schema_id}: delete "
                            f"it ('offsetbatch-stack kafka wipe') and run again")
@@ -79,17 +75,4 @@ def ensure_protobuf_dataset(bootstrap: str, server: Any, records: int, partition
 def value_schemas(ds: Dataset, server: Any, required: list[str], work: Path) -> dict:
     """The job spec's ``value_schemas`` as the plan task resolves them (``confluent-protobuf``,
     ``schema_id: prefix``, reader: the subject's latest version)."""
-    from offsetbatch.pipeline import Pipeline
-    from offsetbatch.plan.schemas import resolve
-    from offsetbatch.source.schema_registry import RegistrySettings, SchemaRegistry
-
-    path = work / "bench-protobuf.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": "bench_protobuf", "kafka": {"topics": [ds.topic]},
-        "value": {"format": "confluent-protobuf", "schema_registry": {"conn_id": REGISTRY_CONN}, "schema_id": "prefix",
-                  "required": required},
-        "sink": {"path": str(work / "bench-protobuf-unused")}}))
-    schemas = resolve(Pipeline.load(path), registry=lambda: SchemaRegistry(RegistrySettings.from_fields(REGISTRY_CONN,
-                                                                                                      server.url)))
-    assert schemas is not None
-    return schemas.to_spec()
+    return avro_dataset.value_schemas(ds, server, required, work, "confluent-protobuf")
