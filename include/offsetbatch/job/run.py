@@ -29,6 +29,7 @@ from pyspark.sql import functions as F
 
 from offsetbatch import faults, job_secrets, storage
 from offsetbatch.formats import ERROR, FORMATS, META, SKIP
+from offsetbatch.job import codegen
 from offsetbatch.job import stats as job_stats
 from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
 from offsetbatch.job.session import is_remote_session
@@ -131,15 +132,20 @@ def run(spark: SparkSession, spec: JobSpec, attempt: str, secrets: dict[str, str
     manifest_uri = sink.staging.staging_manifest(spec.batch_id, attempt)
     # An attempt id is reused only by a rerun of this same attempt: never trust its old manifest.
     storage.remove(manifest_uri)
-    try:
-        staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=True)
-    except Exception as exc:
-        if not _too_many_rejected(exc):
-            raise
-        log.warning("pipeline %s batch %d: the rejected records are too many to collect in one pass "
-                    "(spark.driver.maxResultSize); writing the batch again, the rejected records from a second "
-                    "read of its ranges", spec.pipeline, spec.batch_id)
-        staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=False)
+    records = sum(r.size for r in spec.offset_ranges)
+    with codegen.for_batch(spark, records) as interpreted:
+        if interpreted:
+            log.info("pipeline %s batch %d: %d records, evaluated without generated code (job.codegen: a batch "
+                     "of up to %d records)", spec.pipeline, spec.batch_id, records, codegen.SMALL_BATCH_RECORDS)
+        try:
+            staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=True)
+        except Exception as exc:
+            if not _too_many_rejected(exc):
+                raise
+            log.warning("pipeline %s batch %d: the rejected records are too many to collect in one pass "
+                        "(spark.driver.maxResultSize); writing the batch again, the rejected records from a "
+                        "second read of its ranges", spec.pipeline, spec.batch_id)
+            staged, values = _write_batch(spark, spec, sink, attempt, secrets, collect_rejected=False)
     reports = job_stats.reports(spec, values)
 
     manifest = Manifest(

@@ -64,10 +64,21 @@ def _rows(files: list[str]) -> list[dict]:
     return [row for f in files for row in pq.read_table(f).to_pylist()]
 
 
-def test_statistics_and_rejected_records_come_from_the_one_write(kafka_broker, spark, topic, tmp_path):
+@pytest.mark.parametrize("generated_code", [False, True], ids=["interpreted", "generated-code"])
+def test_statistics_and_rejected_records_come_from_the_one_write(kafka_broker, spark, topic, tmp_path, caplog,
+                                                                 monkeypatch, generated_code):
+    """Both ways Spark evaluates a batch (job.codegen: a small one interpreted, a large one with
+    generated code) give the same rows, rejections and reasons."""
+    from offsetbatch.job import codegen
+
+    if generated_code:
+        monkeypatch.setattr(codegen, "SMALL_BATCH_RECORDS", 0)
     job = _job()
     spec = _spec(kafka_broker.bootstrap, topic, str(tmp_path / "table"))
-    manifest = job.run(spark, spec, "a1")
+    with caplog.at_level("INFO", logger="offsetbatch.job"):
+        manifest = job.run(spark, spec, "a1")
+    assert ("evaluated without generated code" in caplog.text) is not generated_code
+    assert spark.conf.get("spark.sql.codegen.factoryMode", "FALLBACK") == "FALLBACK"  # the session as it was
 
     by_partition = {r.partition: r for r in manifest.ranges}
     assert {p: (r.rows, r.rejected, r.outside) for p, r in by_partition.items()} == {

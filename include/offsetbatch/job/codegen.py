@@ -1,0 +1,52 @@
+"""Interpreted expressions for a small batch: compiling its generated code costs more than it saves.
+
+Spark compiles Java for every operator and projection of a plan (whole-stage code generation) and
+caches the classes per class loader. On a Spark Connect server each session has its own class loader
+(Spark 4 isolates sessions' artifacts: ``spark.sql.artifact.isolation.*``, forced on by the server),
+and the spark_job task opens a session per run, so every batch compiles its plan again: 13 classes,
+0.2-0.4 s of a 10,000-record batch on a warm server (docs/performance.md). Evaluated row by row
+instead, 10,000 records cost a few milliseconds more. A large batch keeps the generated code, whose
+speed per record is what it needs.
+
+``spark.sql.codegen.factoryMode`` is an internal Spark setting (pinned pyspark 4.3.0): NO_CODEGEN
+makes projections, predicates and orderings interpreted; ``spark.sql.codegen.wholeStage`` false
+turns off the fused stages. Both are session settings, set for the batch and unset after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+# Up to this many records a batch runs interpreted. Measured on a warm Connect server (2 cores):
+# 10,000 records 1.31 s interpreted against 1.60 s compiled (medians of 7);
+# docs/performance.md, "Generated code or not".
+SMALL_BATCH_RECORDS = 50_000
+SPARK_DEFAULTS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+@contextmanager
+def for_batch(spark: SparkSession, records: int) -> Iterator[bool]:
+    """The session set to evaluate a batch of ``records`` interpreted if it is small; yields
+    whether it is. A session whose settings differ from Spark's defaults (the pipeline's
+    ``spark.conf`` chose) is left as it is."""
+    if records > SMALL_BATCH_RECORDS:
+        yield False
+        return
+    current = {key: (spark.conf.get(key, default) or default).lower() for key, default in SPARK_DEFAULTS.items()}
+    if current != {key: value.lower() for key, value in SPARK_DEFAULTS.items()}:
+        yield False
+        return
+    for key, value in INTERPRETED.items():
+        spark.conf.set(key, value)
+    try:
+        yield True
+    finally:
+        for key in INTERPRETED:
+            spark.conf.unset(key)
