@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-# Up to this many records a batch runs interpreted. Measured on a warm Connect server (2 cores):
-# 10,000 records 1.31 s interpreted against 1.60 s compiled (medians of 7);
-# docs/performance.md, "Generated code or not".
+# Up to this many records a batch runs interpreted. Measured on a warm Connect server (2 cores, the
+# job's seconds, medians of 7 runs): 10,000 records 1.31 s interpreted against 1.60 s compiled,
+# 50,000 records 2.03 s against 2.46 s (docs/performance.md, "A small batch on Spark Connect").
 SMALL_BATCH_RECORDS = 50_000
 SPARK_DEFAULTS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
