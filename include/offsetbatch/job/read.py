@@ -21,12 +21,12 @@ HEADERS_TYPE = "ARRAY<STRUCT<`key`: STRING, `value`: BINARY>>"
 # broker round trip per fetch. 4 MiB per fetch (Kafka's default: 1 MiB) and 5,000 records per poll
 # (default 500): a quarter of the round trips, for about 4 MiB more heap per running task
 # (docs/performance.md measures it).
-# A poll that hands out records has already sent the next fetch; at the end of the log the broker
-# holds that fetch for fetch.max.wait.ms (default 500) before answering empty, and the offset check
-# Spark makes after every poll (``ListOffsets``, on the same connection) queues behind it. A batch
-# ends at the log's end, so every task paid half a second at its end. The job reads only offsets
-# that exist (the plan stops at the log's end, its last stable offset under read_committed), so
-# nothing is gained by waiting for more: 10 ms.
+# The poll that hands out a partition's last buffered records has already sent the next fetch; at
+# the end of the log the broker holds that fetch for fetch.max.wait.ms (default 500) before
+# answering empty, and the offset check Spark makes after every poll (``ListOffsets``, on the same
+# connection) queues behind it. A batch ends at the log's end, so every task paid half a second at
+# its end. The job reads only offsets that exist (the plan stops at the log's end, its last stable
+# offset under read_committed), so nothing is gained by waiting for more: 10 ms.
 FETCH_OPTIONS = {
     "kafka.max.partition.fetch.bytes": str(4 << 20),
     "kafka.max.poll.records": "5000",
