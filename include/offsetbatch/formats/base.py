@@ -157,6 +157,9 @@ class ValueFormat(ABC):
     # The format's settings model: ``ValueSettings`` or a subclass adding the format's own fields.
     Settings: ClassVar[type[ValueSettings]] = ValueSettings
     keeps_value: ClassVar[bool] = True  # whether the raw ``value`` column stays in the output rows
+    # Parsing marks records that are neither rows nor rejected (a Debezium heartbeat) in a ``SKIP``
+    # column: the job counts and drops them (it does not ask the parsed frame for its columns).
+    skips: ClassVar[bool] = False
     # Parsing leaves the bytes as they are (``raw``): a key in such a format adds no ``key`` column.
     leaves_bytes: ClassVar[bool] = False
     # Spark artifacts the job needs for this format, by artifact id (``dag.spark_jars`` finds them).

@@ -67,6 +67,7 @@ class DebeziumSettings(ValueSettings):
 
 class DebeziumFormat(ValueFormat):
     name = "debezium"
+    skips = True  # heartbeats, schema changes, tombstones, messages (``unwrap``)
     Settings = DebeziumSettings
     keeps_value = False
 
@@ -112,6 +113,7 @@ class DebeziumAvroFormat(ConfluentAvroFormat):
     ``confluent-avro`` has them; the row's fields are those of the envelope's ``after`` record."""
 
     name = "debezium-avro"
+    skips = True
     Settings = DebeziumSettings
 
     @classmethod
@@ -169,7 +171,8 @@ def _check_required_in_row(value: "ValueSettings", fields: list[str]) -> None:
 def unwrap(parsed: "DataFrame", spec: "JobSpec", part, not_changes: list, envelope_columns: tuple = ()) -> "DataFrame":
     """The changed row out of a parsed envelope (``part(name)``: an envelope field's column), with
     ``cdc_op``, ``cdc_deleted`` (and ``cdc_version``), the reason to reject in ``_error`` and the
-    reason to skip in ``_skip`` (``not_changes``: (condition, reason) pairs the encoding adds)."""
+    reason to skip in ``_skip`` (``not_changes``: (condition, reason) pairs the encoding adds): a
+    format that returns it says so (``skips``)."""
     from pyspark.sql import functions as F
 
     op = part("op")

@@ -52,8 +52,7 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
                          {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
     # from_json has no generated code, so Spark evaluates it in a projection of its own whose
     # output rows are copied: that projection keeps the UTF-8 verdict (a boolean), not the text.
-    df = records.withColumn("_valid_utf8", F.is_valid_utf8(text)).withColumn("_parsed", parsed)
-    fields = [f for f in df.schema["_parsed"].dataType.fieldNames() if f != CORRUPT]
+    df = records.withColumns({"_valid_utf8": F.is_valid_utf8(text), "_parsed": parsed})
     missing = F.concat_ws(", ", *[F.when(F.col(f"_parsed.{f}").isNull(), F.lit(f)) for f in spec.required])
     any_missing = F.lit(False)
     for f in spec.required:
@@ -74,5 +73,6 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
                                     F.lit("schema mismatch: value does not fit the declared schema"))))
         .when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
     )
-    return df.select(*META, "value", *[F.col(f"_parsed.{f}").alias(f) for f in fields], error.alias(ERROR),
-                     *passthrough)
+    # The parsed fields by Spark's own expansion of the struct, in the schema's order: asking the
+    # frame for its schema would be a round trip on Spark Connect, in which the server analyzes the plan.
+    return df.select(*META, "value", "_parsed.*", error.alias(ERROR), *passthrough).drop(CORRUPT)

@@ -120,10 +120,12 @@ def read_ranges(spark: SparkSession, spec: JobSpec, secrets: dict[str, str] | No
     )
 
 
-def with_metadata(raw: DataFrame) -> DataFrame:
+def with_metadata(raw: DataFrame, spec: JobSpec) -> DataFrame:
     """The Kafka source's columns as the records' ``kafka_*`` columns; ``kafka_headers`` is NULL
-    when the read left the headers out (``reads_headers``), so every batch has the same columns."""
-    headers = F.col("headers") if "headers" in raw.columns else F.lit(None).cast(HEADERS_TYPE)
+    when the read left the headers out (``reads_headers``), so every batch has the same columns.
+    (Decided from the spec, not by asking the frame its columns: on Spark Connect that is a round
+    trip in which the server analyzes the plan.)"""
+    headers = F.col("headers") if reads_headers(spec) else F.lit(None).cast(HEADERS_TYPE)
     return raw.select(
         F.col("topic").alias("kafka_topic"),
         F.col("partition").alias("kafka_partition"),

@@ -89,16 +89,17 @@ def _write_batch(spark: SparkSession, spec: JobSpec, sink: Sink, attempt: str, s
     batch's statistics and (``collect_rejected``) its rejected records are observed on the way.
     Without ``collect_rejected`` the rejected records are read and parsed a second time. The plan
     is analyzed (schema, transform) before the write starts, so a config error reads nothing."""
-    keeps_value = FORMATS[spec.value_format].keeps_value
+    value_format = FORMATS[spec.value_format]
 
     def parsed_records() -> DataFrame:
-        return parse_records(with_metadata(read_ranges(spark, spec, secrets)), spec)
+        return parse_records(with_metadata(read_ranges(spark, spec, secrets), spec), spec)
 
-    observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected, keeps_value)
+    observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected, value_format.keeps_value,
+                                                    value_format.skips)
     good = observed.where(F.col(ERROR).isNull())
-    if SKIP in observed.columns:  # a record the format skipped (a Debezium heartbeat) is neither a row nor rejected
+    if value_format.skips:  # a record the format skipped (a Debezium heartbeat) is neither a row nor rejected
         good = good.where(F.col(SKIP).isNull()).drop(SKIP)
-    good = good.drop(ERROR, *job_stats.WORK_COLUMNS)  # no value if not keeps_value
+    good = good.drop(ERROR, *job_stats.WORK_COLUMNS, *([] if value_format.keeps_value else ["value"]))
     out = analyzed_transform(spark, good, spec)
     log.info("pipeline %s batch %d attempt %s: reading %d range(s), %d records%s", spec.pipeline, spec.batch_id,
              attempt, len(spec.ranges), sum(r.size for r in spec.offset_ranges),
@@ -113,7 +114,8 @@ def _write_batch(spark: SparkSession, spec: JobSpec, sink: Sink, attempt: str, s
             *META[:5], F.col("value").alias("raw_value"), F.col(ERROR).alias("error"))
         # batch_id comes from where the sink publishes it (files: <table>/_rejected/batch_id=N)
 
-    rejected = RejectedRows(rejected_frame, lambda: job_stats.observed(observation, spec)["rejected"] == 0)
+    rejected = RejectedRows(rejected_frame, lambda: job_stats.observed(observation, spec)["rejected"] == 0,
+                            job_stats.rejected_schema())
     if faults.active("job.kill_during_write"):
         _kill_when_writing(sink.staging.staging_data(spec.batch_id, attempt), not is_remote_session(spark))
     staged = sink.stage(spark, out, rejected, spec.batch_id, attempt, output_id=spec.output_id)

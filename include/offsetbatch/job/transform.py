@@ -75,9 +75,11 @@ def parse_keys(records: DataFrame, key: JobSpec) -> DataFrame:
 
 
 def parse_records(records: DataFrame, spec: JobSpec) -> DataFrame:
-    """``records`` parsed with the pipeline's value format (and key format); a ``value.schema``
-    Spark cannot read fails here, at analysis, before any Kafka read (Spark reads Kafka only when an
-    action runs). A record whose value is good but whose key is not is rejected, ``key: <reason>``."""
+    """``records`` parsed with the pipeline's value format (and key format). A ``value.schema`` Spark
+    cannot read fails when the plan is analyzed, before any Kafka read (Spark reads Kafka only when
+    an action runs): here in classic PySpark, which analyzes every step; on Spark Connect when
+    ``analyzed_transform`` analyzes the whole plan, which then names the schema (``schema_failure``).
+    A record whose value is good but whose key is not is rejected, ``key: <reason>``."""
     from pyspark.sql import functions as F
 
     from offsetbatch.formats import ERROR, FATAL, TOMBSTONE
@@ -101,46 +103,68 @@ def parse_records(records: DataFrame, spec: JobSpec) -> DataFrame:
                                                     F.concat(F.lit(f"{FATAL}key: "), F.substring(key_error, len(FATAL) + 1, 1 << 20)))
                                .otherwise(F.concat(F.lit("key: "), key_error)))
             parsed = parsed.withColumn(ERROR, error).drop("_key_error")
-        parsed.schema  # noqa: B018 - forces analysis
         return parsed
     except Exception as exc:  # noqa: BLE001 - whatever Spark says about the schema, the user needs it
-        raise TransformAnalysisError(
-            f"pipeline {spec.pipeline} batch {spec.batch_id}: value.schema {spec.schema_ddl!r} is not a Spark "
-            f"schema: {_first_line(exc)}. {FIX.format(field='value.schema')}") from exc
+        raise _schema_error(spec, exc) from exc
+
+
+def _schema_error(spec: JobSpec, exc: Exception) -> TransformAnalysisError:
+    return TransformAnalysisError(
+        f"pipeline {spec.pipeline} batch {spec.batch_id}: value.schema {spec.schema_ddl!r} is not a Spark "
+        f"schema: {_first_line(exc)}. {FIX.format(field='value.schema')}")
+
+
+def schema_failure(records: DataFrame, spec: JobSpec) -> TransformAnalysisError | None:
+    """Why ``records`` (the parsed records, before the transform) do not analyze, as the value
+    schema's error; ``None`` if they do. Asked only once the whole plan failed analysis: on Spark
+    Connect nothing is analyzed before that, each analysis being a round trip (docs/performance.md)."""
+    try:
+        records.schema  # noqa: B018 - forces analysis
+    except Exception as exc:  # noqa: BLE001 - whatever Spark says about the schema, the user needs it
+        return _schema_error(spec, exc)
+    return None
 
 
 def analyzed_transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
     """The transform over the batch's good records, analyzed at once: a wrong column or function
     name (which config validation cannot see) fails in seconds, before Kafka is read, naming the
-    pipeline, the batch and the transform. It is the batch's own plan that is analyzed (Spark reads
-    Kafka only when the write runs), so no second plan is built for the check. A SQL transform's
-    analyzed plan must then read only the records (``job.reads``), unless transform.allow_system_access."""
+    pipeline, the batch and the transform (or the value schema, when the records themselves do not
+    analyze). It is the batch's own plan that is analyzed (Spark reads Kafka only when the write
+    runs), so no second plan is built for the check: on Spark Connect the server keeps the analyzed
+    plan of a frame whose schema it was asked, and the reads check and the write build on it. A SQL
+    transform's analyzed plan must then read only the records (``job.reads``), unless
+    transform.allow_system_access. Nothing before this asks Spark about the plan: on Spark Connect
+    each question is a round trip (docs/performance.md, *A small batch on Spark Connect*)."""
     if spec.transform_python:
         field, what = "transform.python", f"transform.python {spec.transform_python!r}"
     else:
         field, what = "transform.sql", f"transform.sql {' '.join((spec.transform_sql or '').split())!r}"
+    checks_reads = bool(spec.transform_sql) and not spec.transform_system_access
+    started = time.monotonic()
     try:
         out = transform(spark, good, spec)
         if not isinstance(out, DataFrame):
             raise TypeError(f"the transform returned {type(out).__name__}, not a DataFrame")
         out.schema  # noqa: B018 - forces analysis of the whole plan
+        if checks_reads:
+            outside = reads.check(spark, out)
     except Exception as exc:  # noqa: BLE001 - whatever Spark says about the transform, the user needs it
-        hint = (f" ({ONLY_RECORDS})" if spec.transform_sql and not spec.transform_system_access
-                and "TABLE_OR_VIEW_NOT_FOUND" in str(exc) else "")
+        failure = schema_failure(good, spec)
+        if failure is not None:
+            raise failure from exc
+        hint = (f" ({ONLY_RECORDS})" if checks_reads and "TABLE_OR_VIEW_NOT_FOUND" in str(exc) else "")
         raise TransformAnalysisError(
             f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} fails analysis against the records' "
             f"columns ({', '.join(good.columns)}): {_first_line(exc)}{hint}. {FIX.format(field=field)}") from exc
-    checked = ""
-    if spec.transform_sql and not spec.transform_system_access:
-        started = time.monotonic()
-        outside = reads.check(spark, out)
-        checked = f", reads only the records (checked in {(time.monotonic() - started) * 1000:.0f} ms)"
+    if checks_reads:
         if outside is not None:
             raise TransformAnalysisError(
                 f"pipeline {spec.pipeline} batch {spec.batch_id}: the {what} reads more than the records: "
                 f"{outside}. {ONLY_RECORDS}; remove the rest, or set transform.allow_system_access: true if "
                 f"this pipeline's SQL is trusted. {FIX.format(field=field)}")
-    if spec.transform_sql or spec.transform_python:
-        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)%s", spec.pipeline, spec.batch_id, what,
-                 len(out.columns), checked)
+        log.info("pipeline %s batch %d: the %s analyzes and reads only the records (checked in %.0f ms)",
+                 spec.pipeline, spec.batch_id, what, (time.monotonic() - started) * 1000)
+    elif spec.transform_sql or spec.transform_python:
+        log.info("pipeline %s batch %d: the %s analyzes: %d output column(s)", spec.pipeline, spec.batch_id, what,
+                 len(out.columns))
     return out

@@ -51,6 +51,7 @@ from offsetbatch.sinks.staging import StagingLayout
 if TYPE_CHECKING:
     import sqlalchemy as sa
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from offsetbatch.jobspec import Manifest
     from offsetbatch.sinks.maintenance import Action, Horizon, MaintenanceSettings
@@ -61,10 +62,13 @@ class RejectedRows:
     """A batch's rejected rows, built when asked: the job knows them only once the data write has
     run (its one pass over Kafka collects them), so every sink's ``stage`` passes this on, through
     ``map`` if it adds columns. ``known_empty`` (asked after the data write too) says the batch
-    rejected nothing: its empty file is then written without a Spark job, which costs a batch 2 s."""
+    rejected nothing: its empty file is then written without a Spark job, which costs a batch 2 s.
+    ``schema``: the rows' schema when the caller knows it, so that the empty file needs no frame
+    either (on Spark Connect a frame's schema is a round trip)."""
 
-    def __init__(self, frame: Callable[[], "DataFrame"], known_empty: Callable[[], bool] = lambda: False):
-        self._frame, self._known_empty = frame, known_empty
+    def __init__(self, frame: Callable[[], "DataFrame"], known_empty: Callable[[], bool] = lambda: False,
+                 schema: "StructType | None" = None):
+        self._frame, self._known_empty, self._schema = frame, known_empty, schema
 
     def frame(self) -> "DataFrame":
         return self._frame()
@@ -72,8 +76,11 @@ class RejectedRows:
     def known_empty(self) -> bool:
         return self._known_empty()
 
+    def schema(self) -> "StructType":
+        return self._schema if self._schema is not None else self._frame().schema
+
     def map(self, f: Callable[["DataFrame"], "DataFrame"]) -> "RejectedRows":
-        """The same rows with ``f`` applied (a sink's own columns)."""
+        """The same rows with ``f`` applied (a sink's own columns; their schema is then Spark's to say)."""
         return RejectedRows(lambda: f(self._frame()), self._known_empty)
 
 
@@ -285,11 +292,10 @@ class Sink(ABC):
         data.observe(written, F.count(F.lit(1)).alias("rows"),
                      *(expr.alias(name) for name, expr in (metrics or {}).items())).write.mode("overwrite") \
             .partitionBy(*partition_by).parquet(data_dir)
-        rows = rejected.frame()
         if rejected.known_empty():  # the schema only: no Spark job for a file without rows
-            storage.write_empty_parquet(rejected_dir, _arrow_schema(rows.schema))
+            storage.write_empty_parquet(rejected_dir, _arrow_schema(rejected.schema()))
         else:
-            rows.write.mode("overwrite").parquet(rejected_dir)
+            rejected.frame().write.mode("overwrite").parquet(rejected_dir)
         observed = written.get
         return StagedOutput(observed["rows"], storage.files(data_dir), storage.files(rejected_dir),
                             {name: observed[name] for name in metrics or {}})

@@ -40,7 +40,7 @@ def _records(spark, values):
 def test_json_rejects_each_bad_record_with_its_reason_and_keeps_the_good_ones(spark):
     spec = SimpleNamespace(schema_ddl=SCHEMA, required=["event_id", "kind"])
     out = FORMATS["json"].parse(_records(spark, [v for v, _ in CASES]), spec)
-    assert out.columns == [*META, "value", "event_id", "kind", "n", ERROR]
+    assert out.columns == [*META, "value", "event_id", "kind", "n", ERROR] and not FORMATS["json"].skips
     got = {r.kafka_offset: r for r in out.collect()}
     assert {i: got[i][ERROR] for i in got} == {i: e for i, (_, e) in enumerate(CASES)}
     assert got[1].event_id == "b\ufffd" and got[2].event_id == "c\u00e9" and got[2].n is None
@@ -126,7 +126,9 @@ def test_debezium_envelopes_become_rows_deletes_skips_and_reasons(spark):
     spec = JobSpec(pipeline="p", batch_id=1, output_id=1, bootstrap="x:1", ranges=[], sink={"path": "/t"},
                    value_format="debezium", schema_ddl="id INT, name STRING", required=["id"],
                    value_options={"version": "source.lsn", "truncate": "fail"})
-    got = sorted(parse_records(frame, spec).collect(), key=lambda r: r.kafka_offset)
+    parsed = parse_records(frame, spec)
+    assert SKIP in parsed.columns and FORMATS["debezium"].skips  # what the job counts and drops by
+    got = sorted(parsed.collect(), key=lambda r: r.kafka_offset)
     assert [(r.id, r.name, r.cdc_op, r.cdc_deleted, r.cdc_version, r[ERROR], r[SKIP]) for r in got] == [
         (1, "a", "c", False, 100, None, None),
         (1, "b", "u", False, 200, None, None),

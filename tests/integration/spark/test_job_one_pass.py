@@ -153,20 +153,27 @@ def test_the_files_sink_writes_timestamps_every_reader_reads(spark, tmp_path):
 
 def test_a_batch_without_rejected_records_gets_the_empty_file_spark_would_write(spark, tmp_path):
     """A batch that rejected nothing (the usual case) has its empty rejected file written without a
-    Spark job; its schema is exactly that of the file Spark writes for the same empty frame."""
-    from offsetbatch.job.stats import REJECTED_DDL
+    Spark job; its schema is exactly that of the file Spark writes for the same empty frame, also
+    when the job gives the schema it builds itself (``rejected_schema``) and no frame is made."""
+    from offsetbatch.job.stats import REJECTED_DDL, rejected_schema
     from offsetbatch.sinks import FilesSink
+
+    def no_frame():
+        raise AssertionError("the rows' schema was given: no frame is needed for an empty file")
 
     data = spark.createDataFrame([("a",)], "id STRING")
     empty = RejectedRows(lambda: spark.createDataFrame([], REJECTED_DDL))
     by_spark = FilesSink.at(str(tmp_path / "spark"), "r").stage(spark, data, empty, 1, "a1")
     known = RejectedRows(lambda: spark.createDataFrame([], REJECTED_DDL), known_empty=lambda: True)
     direct = FilesSink.at(str(tmp_path / "direct"), "r").stage(spark, data, known, 1, "a1")
+    given = RejectedRows(no_frame, known_empty=lambda: True, schema=rejected_schema())
+    job = FilesSink.at(str(tmp_path / "job"), "r").stage(spark, data, given, 1, "a1")
 
-    [spark_file], [direct_file] = by_spark.rejected_files, direct.rejected_files
-    assert pq.ParquetFile(direct_file).metadata.num_rows == 0
-    assert pq.read_schema(direct_file).remove_metadata() == pq.read_schema(spark_file).remove_metadata()
-    assert spark.read.parquet(direct_file).schema == spark.read.parquet(spark_file).schema
+    [spark_file], [direct_file], [job_file] = by_spark.rejected_files, direct.rejected_files, job.rejected_files
+    for file in (direct_file, job_file):
+        assert pq.ParquetFile(file).metadata.num_rows == 0
+        assert pq.read_schema(file).remove_metadata() == pq.read_schema(spark_file).remove_metadata()
+        assert spark.read.parquet(file).schema == spark.read.parquet(spark_file).schema
 
 
 @pytest.mark.parametrize("sql, headers_read", [

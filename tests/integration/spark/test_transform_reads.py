@@ -7,7 +7,9 @@ spark_job task runs), in a child process. Each spelling that once read a host's 
 session's view or a catalog table is refused before Kafka is read, naming what it reads, and no
 output is written; the pipeline's ``spark.conf`` turning ``spark.sql.runSQLOnFiles`` back on changes
 nothing. Ordinary SQL over the records (filters, self-joins, windows, VALUES, subqueries) still runs.
-The plan check alone (without ``runSQLOnFiles`` off) refuses the file relations too."""
+The plan check alone (without ``runSQLOnFiles`` off) refuses the file relations too. A plan that does
+not analyze fails before Kafka is read naming its cause, the value schema or the transform, in both:
+on Spark Connect the job analyzes the whole plan once and only then asks which part failed."""
 
 from __future__ import annotations
 
@@ -55,6 +57,20 @@ PASSES = {  # SQL over the records only -> the rows it writes of the topic's 6 r
                           "SELECT big.a, big.n, v.label FROM big JOIN (VALUES (1, 'one'), (3, 'three')) AS v(k, label) "
                           "ON big.n = v.k WHERE big.n IN (SELECT n FROM records) "
                           "UNION ALL SELECT 'x', CAST(id AS INT), 'range' FROM range(1)", 3),
+}
+
+# Plans that do not analyze -> (the spec's fields, what the error must say). The value schema passed
+# no config check here (the specs are built here): Spark's DDL parser is the first to read it.
+FAILS = {
+    "bad_value_schema": ({"schema_ddl": "a STRING, n INTEGR"},
+                         "value.schema 'a STRING, n INTEGR' is not a Spark schema"),
+    "bad_value_schema_no_transform": ({"schema_ddl": "a STRING, n INTEGR", "transform_sql": None},
+                                      "value.schema 'a STRING, n INTEGR' is not a Spark schema"),
+    "unknown_column": ({"transform_sql": "SELECT nope FROM records"},
+                       "the transform.sql 'SELECT nope FROM records' fails analysis against the records' columns"),
+    "unknown_column_trusted": ({"transform_sql": "SELECT nope FROM records", "transform_system_access": True},
+                               "the transform.sql 'SELECT nope FROM records' fails analysis against the records' "
+                               "columns"),
 }
 
 
@@ -178,6 +194,19 @@ def test_classic_sql_over_the_records_only_still_runs(case, session_conf, kafka_
     assert (manifest.rows_in, manifest.rows_out) == (6, rows)
 
 
+def _failing_spec(bootstrap: str, table: str, case: str) -> dict:
+    return {**_spec(bootstrap, table, "SELECT a, n FROM records"), **FAILS[case][0]}
+
+
+@pytest.mark.parametrize("case", list(FAILS))
+def test_classic_a_plan_that_does_not_analyze_names_its_cause(case, session_conf, kafka_broker, topic, tmp_path):
+    table = str(tmp_path / "table")
+    with pytest.raises(TransformAnalysisError) as failed:
+        job.run(session_conf, JobSpec(**_failing_spec(kafka_broker.bootstrap, table, case)), "a1")
+    assert FAILS[case][1] in str(failed.value) and "Nothing was read from Kafka" in str(failed.value), str(failed.value)
+    assert _written(table) == []
+
+
 @pytest.mark.parametrize("case", ["text", "class_name", "image", "libsvm", "identifier_image", "binary_file",
                                   "parquet", "json"])
 def test_the_plan_check_alone_refuses_each_file_relation(case, session_conf, sources):
@@ -232,6 +261,9 @@ def connect_runs(spark_connect_server, kafka_broker, topic, sources, tmp_path_fa
         sql = PASSES[case][0] if case in PASSES else _refused_sql(case)[0].format(**sources)
         tables[case] = str(root / case)
         specs[case] = _spec(kafka_broker.bootstrap, tables[case], sql)
+    for case in FAILS:
+        tables[case] = str(root / case)
+        specs[case] = _failing_spec(kafka_broker.bootstrap, tables[case], case)
     args = [spark_connect_server.url, specs, SECRET, VIEW, TABLE, str(root / "table")]
     done = subprocess.run([sys.executable, "-c", CONNECT_CHILD, json.dumps(args)], capture_output=True, text=True,
                           timeout=600)
@@ -253,3 +285,11 @@ def test_connect_job_refuses_every_read_beyond_the_records(case, connect_runs, s
 def test_connect_sql_over_the_records_only_still_runs(case, connect_runs):
     results, _ = connect_runs
     assert results[case] == {"rows_out": PASSES[case][1]}
+
+
+@pytest.mark.parametrize("case", list(FAILS))
+def test_connect_a_plan_that_does_not_analyze_names_its_cause(case, connect_runs):
+    results, tables = connect_runs
+    error = results[case].get("error", "")
+    assert FAILS[case][1] in error and "Nothing was read from Kafka" in error, results[case]
+    assert _written(tables[case]) == []
