@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from offsetbatch.errors import OffsetbatchError, OffsetOutOfPlanError, SchemaIncompatibleError
 from offsetbatch.formats import ERROR, FATAL, SKIP
+from offsetbatch.job.session import observe
 from offsetbatch.jobspec import JobSpec, RangeReport
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
     if collect_rejected:
         metrics.append(F.collect_list("_rejected_row").alias("rejected_rows"))
     observation = Observation(f"offsetbatch-{spec.pipeline}-{spec.batch_id}")
-    return frame.observe(observation, *metrics), observation
+    return observe(frame, observation, *metrics), observation  # job.session: no analysis yet
 
 
 def linked(out: "DataFrame", observation: "Observation") -> "DataFrame":
