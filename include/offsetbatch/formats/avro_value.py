@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from offsetbatch.formats import avro_schema, avro_schemas
 from offsetbatch.formats.avro_schemas import PLAIN_WRITER, ValueSchemas, check_reader_fields
-from offsetbatch.formats.base import ERROR, FATAL, META, SchemaContext, ValueFormat, ValueSettings
+from offsetbatch.formats.base import ERROR, FATAL, META, SchemaContext, ValueFormat, ValueSettings, carried
 from offsetbatch.formats.confluent_framing import ConfluentFramed
 
 if TYPE_CHECKING:
@@ -128,7 +128,6 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", named: "C
     options = {"mode": "PERMISSIVE", "avroSchema": reader}
     writers = schemas["writers"]
     usable = {k: w for k, w in writers.items() if not w.get("incompatible")}
-    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
     df = records.withColumns({"_writer": writer_id, "_body": body})  # each computed once, however often used
     writer, body = F.col("_writer"), F.col("_body")
     decoded = F.when(F.lit(False), from_avro(body, reader, options))  # the reader's type when no writer is usable
@@ -169,7 +168,8 @@ def decode(records: "DataFrame", spec: "JobSpec", writer_id: "Column", named: "C
     for f, check in not_utf8:  # Spark copies a string's bytes unchecked: a reader of the table would fail on it
         error = error.when(check, F.lit(f"field {f} holds a string that is not valid UTF-8"))
     error = error.when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
-    return df.select(*META, "value", *[decoded_col[f].alias(f) for f in fields], error.alias(ERROR), *passthrough)
+    return df.select(*META, "value", *[decoded_col[f].alias(f) for f in fields], error.alias(ERROR),
+                     carried(df, "_writer", "_body", "_decoded"))
 
 
 def _not_utf8(column: "Column", shape) -> "Column | None":

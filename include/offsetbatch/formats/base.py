@@ -24,7 +24,7 @@ from offsetbatch import validation
 from offsetbatch.formats.ddl import ddl_field_names
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from offsetbatch.jobspec import JobSpec
     from offsetbatch.source.schema_registry import SchemaRegistry
@@ -42,6 +42,18 @@ TOMBSTONE = "kafka_tombstone"
 # The column Spark's JSON parser puts a record it cannot parse in: never a field of a parsed value.
 CORRUPT = "_corrupt_record"
 RESERVED = [*META, TOMBSTONE, "value", ERROR, SKIP, CORRUPT]  # names a value's own fields may not take
+
+
+def carried(frame: "DataFrame", *own: str) -> "Column":
+    """The columns of ``frame`` that a step before the format's parse added (the key's parse, the
+    tombstone flag), for the parse to carry through: every column but the records' own (``META``,
+    ``value``) and ``own``, the ones the format made itself. A column regex that Spark expands when it
+    analyzes the plan: asking ``frame`` its columns would be a round trip on Spark Connect, in which
+    the server analyzes the plan read so far (docs/performance.md, *A small batch on Spark Connect*)."""
+    import re
+
+    names = "|".join(re.escape(name) for name in (*META, "value", *own))
+    return frame.colRegex(f"`^(?!(?:{names})$).*$`")
 
 
 # ---- the ``value:`` and ``key:`` settings ---------------------------------------------------------

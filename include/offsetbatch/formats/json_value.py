@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from offsetbatch.formats.base import CORRUPT, ERROR, META, ValueFormat, ValueSettings
+from offsetbatch.formats.base import CORRUPT, ERROR, META, ValueFormat, ValueSettings, carried
 from offsetbatch.formats.ddl import ddl_field_names
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
     one (NULL where it has none), evaluated only on the records the parser flagged."""
     from pyspark.sql import functions as F
 
-    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
     text = body.cast("string")
     parsed = F.from_json(text, f"{spec.schema_ddl}, {CORRUPT} STRING",
                          {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT})
@@ -75,4 +74,4 @@ def parse_json_body(records: "DataFrame", spec: "JobSpec", body: "Column",
     )
     # The parsed fields by Spark's own expansion of the struct, in the schema's order: asking the
     # frame for its schema would be a round trip on Spark Connect, in which the server analyzes the plan.
-    return df.select(*META, "value", "_parsed.*", error.alias(ERROR), *passthrough).drop(CORRUPT)
+    return df.select(*META, "value", "_parsed.*", error.alias(ERROR), carried(df, "_valid_utf8", "_parsed")).drop(CORRUPT)

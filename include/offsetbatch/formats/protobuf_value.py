@@ -34,8 +34,9 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from offsetbatch.formats import protobuf_decode, protobuf_schemas
-from offsetbatch.formats.base import ERROR, FATAL, META, SchemaContext, ValueFormat, ValueSettings
+from offsetbatch.formats.base import ERROR, FATAL, META, SchemaContext, ValueFormat, ValueSettings, carried
 from offsetbatch.formats.confluent_framing import ConfluentFramed
+from offsetbatch.spark_session import is_remote_session
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,7 +118,6 @@ def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
            .when(frame.error.isNotNull(), frame.error)
            .when(frame.writer.isNull(), F.concat(frame.named, F.lit(f" is not among the writer schemas ({where})")))
            .when(fatal.isNotNull(), fatal))
-    passthrough = [c for c in records.columns if c not in (*META, "value")]  # the key's parse, when it came first
     helpers = {protobuf_decode.WRITER: frame.writer,
                protobuf_decode.OFFSET: (F.length("value") - F.length(frame.body)).cast("int"),
                protobuf_decode.HEAD: frame.tail if frame.tail is not None else F.lit(None).cast("binary"),
@@ -129,11 +129,11 @@ def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
     # A scalar Arrow UDF: only the value and the framing's columns cross to Python, one struct column
     # comes back (mapInArrow, which must carry every column both ways, measured 1.4x slower).
     result = StructType([*StructType.fromJson(reader_type).fields, StructField(ERROR, StringType())])
-    udf = arrow_udf(decoder.struct, _plain_strings(result) if _on_connect(records) else result)
-    df = records.select(*META, "value", *passthrough).withColumn(
+    udf = arrow_udf(decoder.struct, _plain_strings(result) if is_remote_session(records.sparkSession) else result)
+    df = records.select(*META, "value", carried(records)).withColumn(
         "_pb", udf(*(helpers[n] for n in (protobuf_decode.WRITER, protobuf_decode.OFFSET, protobuf_decode.HEAD,
                                            protobuf_decode.PRE_ERROR)), F.col("value")))
-    decoded = df.select(*META, "value", *passthrough, *[F.col("_pb")[f].alias(f) for f in (*fields, ERROR)])
+    decoded = df.select(*META, "value", carried(df, "_pb"), *[F.col("_pb")[f].alias(f) for f in (*fields, ERROR)])
     error = F.col(ERROR)
     if spec.required:
         missing = F.concat_ws(", ", *[F.when(F.col(f).isNull(), F.lit(f)) for f in spec.required])
@@ -141,15 +141,7 @@ def decode(records: "DataFrame", spec: "JobSpec", frame) -> "DataFrame":
         for f in spec.required:
             any_missing = any_missing | F.col(f).isNull()
         error = F.when(error.isNotNull(), error).when(any_missing, F.concat(F.lit("missing required field(s): "), missing))
-    return decoded.select(*META, "value", *fields, error.alias(ERROR), *passthrough)
-
-
-def _on_connect(frame: "DataFrame") -> bool:
-    try:
-        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
-    except ImportError:  # pyspark without the connect extra's modules
-        return False
-    return isinstance(frame, ConnectDataFrame)
+    return decoded.select(*META, "value", *fields, error.alias(ERROR), carried(decoded, *fields, ERROR))
 
 
 def _plain_strings(t):

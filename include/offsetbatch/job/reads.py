@@ -31,7 +31,7 @@ import re
 
 from pyspark.sql import DataFrame, SparkSession
 
-from offsetbatch.job.session import is_remote_session
+from offsetbatch.spark_session import is_remote_session
 
 # The one column of the check's own root node; the plan under it is the transform's, untouched.
 CHECK_COLUMN = "_offsetbatch_reads_check"

@@ -32,12 +32,12 @@ from offsetbatch.formats import ERROR, FORMATS, META, SKIP
 from offsetbatch.job import codegen
 from offsetbatch.job import stats as job_stats
 from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
-from offsetbatch.job.session import is_remote_session
 from offsetbatch.job.transform import analyzed_transform, parse_records
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.sinks import settings_for, sink_for
 from offsetbatch.sinks.base import RejectedRows, Sink, StagedOutput
 from offsetbatch.sinks.staging import StagingLayout
+from offsetbatch.spark_session import is_remote_session, set_settings
 
 log = logging.getLogger("offsetbatch.job")
 
@@ -202,9 +202,8 @@ def run_batches(spark: SparkSession, specs: list[JobSpec], attempt: str, secrets
     after ``spark-submit``, and what the spark_job task runs itself on a Spark Connect server."""
     # Spark redacts data source options whose name or value matches this in plans, the UI and
     # event logs; its default ("url") misses the SASL login and an inline client key.
-    spark.conf.set("spark.sql.redaction.options.regex", "(?i)url|jaas|password|keystore\\.key")
-    for key, value in session_settings(secrets).items():
-        spark.conf.set(key, value)
+    set_settings(spark, {"spark.sql.redaction.options.regex": "(?i)url|jaas|password|keystore\\.key",
+                         **session_settings(secrets)})
     bind_object_store(secrets, [settings_for(spec.sink).root for spec in specs])
     manifests = []
     for spec in specs:

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from offsetbatch.errors import OffsetbatchError, OffsetOutOfPlanError, SchemaIncompatibleError
 from offsetbatch.formats import ERROR, FATAL, SKIP
-from offsetbatch.job.session import observe
 from offsetbatch.jobspec import JobSpec, RangeReport
+from offsetbatch.spark_session import observe
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -139,7 +139,7 @@ def observe_batch(parsed: "DataFrame", spec: JobSpec, collect_rejected: bool = T
     if collect_rejected:
         metrics.append(F.collect_list("_rejected_row").alias("rejected_rows"))
     observation = Observation(f"offsetbatch-{spec.pipeline}-{spec.batch_id}")
-    return observe(frame, observation, *metrics), observation  # job.session: no analysis yet
+    return observe(frame, observation, *metrics), observation  # spark_session: no analysis yet
 
 
 def linked(out: "DataFrame", observation: "Observation") -> "DataFrame":

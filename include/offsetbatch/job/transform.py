@@ -12,8 +12,8 @@ from pyspark.sql import DataFrame, SparkSession
 from offsetbatch.errors import TransformAnalysisError
 from offsetbatch.formats import FORMATS
 from offsetbatch.job import reads
-from offsetbatch.job.session import is_remote_session
 from offsetbatch.jobspec import JobSpec
+from offsetbatch.spark_session import is_remote_session, set_settings
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,7 @@ def transform(spark: SparkSession, good: DataFrame, spec: JobSpec) -> DataFrame:
     # ${env:NAME} would copy the job's environment into the output (issue 41, case 8); fmt.`path`, in
     # any spelling of the source, a host's file (issue 58). Set here, after the pipeline's spark.conf.
     allowed = "true" if spec.transform_system_access else "false"
-    spark.conf.set("spark.sql.variable.substitute", allowed)
-    spark.conf.set("spark.sql.runSQLOnFiles", allowed)
+    set_settings(spark, {"spark.sql.variable.substitute": allowed, "spark.sql.runSQLOnFiles": allowed})
     if is_remote_session(spark):
         return _connect_sql(spark, spec.transform_sql, good)
     good.createOrReplaceTempView("records")

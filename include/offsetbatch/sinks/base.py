@@ -47,6 +47,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from offsetbatch import redact, storage
 from offsetbatch.sinks.staging import StagingLayout
+from offsetbatch.spark_session import observe
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
@@ -289,8 +290,8 @@ class Sink(ABC):
         data_dir = self.staging.staging_data(batch_id, attempt)
         rejected_dir = self.staging.staging_rejected(batch_id, attempt)
         written = Observation(f"offsetbatch-{self.pipeline_name}-{batch_id}-written")
-        data.observe(written, F.count(F.lit(1)).alias("rows"),
-                     *(expr.alias(name) for name, expr in (metrics or {}).items())).write.mode("overwrite") \
+        observe(data, written, F.count(F.lit(1)).alias("rows"),
+                *(expr.alias(name) for name, expr in (metrics or {}).items())).write.mode("overwrite") \
             .partitionBy(*partition_by).parquet(data_dir)
         if rejected.known_empty():  # the schema only: no Spark job for a file without rows
             storage.write_empty_parquet(rejected_dir, _arrow_schema(rejected.schema()))

@@ -46,6 +46,23 @@ def test_json_rejects_each_bad_record_with_its_reason_and_keeps_the_good_ones(sp
     assert got[1].event_id == "b\ufffd" and got[2].event_id == "c\u00e9" and got[2].n is None
 
 
+def test_columns_added_before_the_parse_are_carried_through_in_order(spark):
+    """What a step before the value's parse added (the key's parse, the tombstone flag) comes out of
+    the parse unchanged and in its order, whatever its name; the format's own columns do not. The
+    parse names them by a regex Spark expands (``formats.base.carried``), not by asking the frame."""
+    from pyspark.sql import functions as F
+
+    from offsetbatch.formats.base import carried
+
+    records = _records(spark, [CASES[0][0]]).withColumns(
+        {"key": F.lit("k"), "we.ird+(name)": F.lit(1), "_key_error": F.lit(None).cast("string")})
+    spec = SimpleNamespace(schema_ddl=SCHEMA, required=["event_id"])
+    out = FORMATS["json"].parse(records, spec)
+    assert out.columns == [*META, "value", "event_id", "kind", "n", ERROR, "key", "we.ird+(name)", "_key_error"]
+    assert out.select(carried(out, "event_id", "kind", "n", ERROR)).columns == ["key", "we.ird+(name)", "_key_error"]
+    assert _records(spark, []).select(carried(_records(spark, []))).columns == []
+
+
 def test_raw_keeps_every_value_byte_for_byte(spark):
     values = [v for v, _ in CASES]
     out = FORMATS["raw"].parse(_records(spark, values), SimpleNamespace(schema_ddl=None, required=[]))

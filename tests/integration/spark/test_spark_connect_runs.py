@@ -156,3 +156,41 @@ def test_a_server_that_does_not_answer_fails_the_task_naming_it_within_its_answe
     assert f"pipeline {p.name} batch(es) 1 attempt" in failed.output
     assert took < ANSWER_TIMEOUT_S + 30, f"the whole run took {took:.0f}s"
     assert [b.status for b in p.ledger.list_batches(p.name)] == ["planned"]
+
+
+SETTINGS_CHILD = """
+import json, sys
+from pyspark.sql import SparkSession
+from offsetbatch.spark_session import get_settings, set_settings, unset_settings
+from offsetbatch_dev.bench.connect_calls import counting
+spark = SparkSession.builder.remote(sys.argv[1]).create()
+keys = {"spark.sql.shuffle.partitions": "9", "spark.sql.session.timeZone": "Etc/GMT+3", "offsetbatch.test.never_set": "d"}
+out = {}
+with counting() as calls:
+    set_settings(spark, {"spark.sql.shuffle.partitions": "7", "spark.sql.session.timeZone": "Asia/Tokyo"})
+    out["set"] = get_settings(spark, keys)
+    unset_settings(spark, ["spark.sql.shuffle.partitions", "spark.sql.session.timeZone"])
+    out["unset"] = get_settings(spark, keys)
+out["requests"] = [c.kind for c in calls]
+out["pyspark"] = {k: spark.conf.get(k, d) for k, d in keys.items()}  # pyspark's own answer, a request per key
+spark.stop()
+print(json.dumps(out))
+"""
+
+
+def test_session_settings_go_in_one_request_each_and_read_as_pyspark_reads_them(spark_connect_server):
+    """``spark_session.get_settings``/``set_settings``/``unset_settings`` on a real Connect session:
+    what they set and unset reads back the same through pyspark's own ``spark.conf``, and each is one
+    Config request (the job's settings for a batch: the codegen switch, the transform's guards)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SETTINGS_CHILD, spark_connect_server.url], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["set"] == {"spark.sql.shuffle.partitions": "7", "spark.sql.session.timeZone": "Asia/Tokyo",
+                          "offsetbatch.test.never_set": "d"}
+    assert out["unset"] == out["pyspark"]
+    assert out["unset"]["spark.sql.session.timeZone"] == "Etc/GMT+3"  # unset: no session value, the default asked
+    assert out["requests"] == ["Config"] * 4

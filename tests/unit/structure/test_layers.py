@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("source", "jobspec", "job_secrets"),
     ("ledger", "storage"),
     ("connections",),
-    ("validation", "redact", "model", "errors", "paths", "faults"),
+    ("validation", "redact", "model", "errors", "paths", "faults", "spark_session"),
 ]
 FLOOR = {room: depth for depth, rooms in enumerate(FLOORS) for room in rooms}
 
