@@ -31,7 +31,7 @@ from offsetbatch import faults, job_secrets, storage
 from offsetbatch.formats import ERROR, FORMATS, META, SKIP
 from offsetbatch.job import codegen
 from offsetbatch.job import stats as job_stats
-from offsetbatch.job.read import KAFKA_TIMEOUT_MS, read_ranges, with_metadata
+from offsetbatch.job.read import KAFKA_TIMEOUT_MS, in_few_tasks, read_ranges, with_metadata
 from offsetbatch.job.transform import analyzed_transform, parse_records
 from offsetbatch.jobspec import JobSpec, Manifest
 from offsetbatch.sinks import settings_for, sink_for
@@ -92,7 +92,7 @@ def _write_batch(spark: SparkSession, spec: JobSpec, sink: Sink, attempt: str, s
     value_format = FORMATS[spec.value_format]
 
     def parsed_records() -> DataFrame:
-        return parse_records(with_metadata(read_ranges(spark, spec, secrets), spec), spec)
+        return parse_records(with_metadata(in_few_tasks(read_ranges(spark, spec, secrets), spec), spec), spec)
 
     observed, observation = job_stats.observe_batch(parsed_records(), spec, collect_rejected, value_format.keeps_value,
                                                     value_format.skips)

@@ -68,7 +68,9 @@ def _rows(files: list[str]) -> list[dict]:
 def test_statistics_and_rejected_records_come_from_the_one_write(kafka_broker, spark, topic, tmp_path, caplog,
                                                                  monkeypatch, generated_code):
     """Both ways Spark evaluates a batch (job.codegen: a small one interpreted, a large one with
-    generated code) give the same rows, rejections and reasons."""
+    generated code) give the same rows, rejections and reasons; the small batch is written by two
+    tasks (job.read.in_few_tasks), the other by a task per split of its ranges, with the same
+    statistics."""
     from offsetbatch.job import codegen
 
     if generated_code:
@@ -89,6 +91,8 @@ def test_statistics_and_rejected_records_come_from_the_one_write(kafka_broker, s
                       if not (p == 1 and i in BAD) and i % 2 == 0)
     assert sorted((r["kafka_partition"], r["kafka_offset"]) for r in data) == expected
     assert manifest.rows_out == len(data)  # the write's own count, checked against the files
+    # two tasks, a file each; else 11 splits (records_per_task 7), a file each but where the transform kept no row
+    assert len(manifest.data_files) == 2 if not generated_code else len(manifest.data_files) > 2
     rejected = _rows(manifest.rejected_files)
     assert {r["kafka_offset"]: (r["raw_value"], r["error"]) for r in rejected} == BAD
     assert all(r["kafka_partition"] == 1 and r["kafka_timestamp"] is not None for r in rejected)
