@@ -8,6 +8,13 @@ and the spark_job task opens a session per run, so every batch compiles its plan
 instead, the whole batch took 0.3 s less. A large batch keeps the generated code, whose speed per
 record is what it needs.
 
+Interpreted, Spark's subexpression elimination costs more than it saves too: it keeps each shared
+expression's value in a Guava cache that it clears for every row (``SubExprEvaluationRuntime``); a
+JFR recording of a 10,000-record batch's tasks found 13 % of their samples there. The job's shared
+expressions are cheap (a column's null test, a field of the parsed value); the one dear one, the
+value's parse, stays in a projection of its own, which the optimizer does not merge into the ones
+that use it. Off for the batch: the job 0.958 of its time per run, interleaved (docs/performance.md).
+
 ``spark.sql.codegen.factoryMode`` is an internal Spark setting (pinned pyspark 4.3.0): NO_CODEGEN
 makes projections, predicates and orderings interpreted; ``spark.sql.codegen.wholeStage`` false
 turns off the fused stages. Both are session settings, set for the batch and unset after it (each
@@ -27,8 +34,10 @@ from offsetbatch.spark_session import get_settings, set_settings, unset_settings
 # job's seconds, medians of 7 runs): 10,000 records 1.31 s interpreted against 1.60 s compiled,
 # 50,000 records 2.03 s against 2.46 s (docs/performance.md, "A small batch on Spark Connect").
 SMALL_BATCH_RECORDS = 50_000
-SPARK_DEFAULTS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+SPARK_DEFAULTS = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK",
+                  "spark.sql.subexpressionElimination.enabled": "true"}
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+               "spark.sql.subexpressionElimination.enabled": "false"}
 
 
 @contextmanager

@@ -33,6 +33,7 @@ def test_a_small_batch_runs_interpreted_and_the_session_gets_spark_s_defaults_ba
     with codegen.for_batch(spark, codegen.SMALL_BATCH_RECORDS) as interpreted:
         assert interpreted
         assert spark.conf.values == codegen.INTERPRETED
+        assert spark.conf.values["spark.sql.subexpressionElimination.enabled"] == "false"
     assert spark.conf.values == {}
 
 
@@ -51,7 +52,8 @@ def test_a_large_batch_keeps_generated_code_and_asks_nothing_of_the_session():
 
 
 @pytest.mark.parametrize("chosen", [{"spark.sql.codegen.wholeStage": "false"},
-                                    {"spark.sql.codegen.factoryMode": "CODEGEN_ONLY"}])
+                                    {"spark.sql.codegen.factoryMode": "CODEGEN_ONLY"},
+                                    {"spark.sql.subexpressionElimination.enabled": "false"}])
 def test_a_pipeline_that_chose_its_codegen_settings_keeps_them(chosen):
     spark = _Session(chosen)
     with codegen.for_batch(spark, 100) as interpreted:
