@@ -17,8 +17,8 @@ that use it. Off for the batch: the job 0.958 of its time per run, interleaved (
 
 ``spark.sql.codegen.factoryMode`` is an internal Spark setting (pinned pyspark 4.3.0): NO_CODEGEN
 makes projections, predicates and orderings interpreted; ``spark.sql.codegen.wholeStage`` false
-turns off the fused stages. Both are session settings, set for the batch and unset after it (each
-step one request on Spark Connect: ``spark_session.get_settings``).
+turns off the fused stages. All three are session settings, set for the batch and unset after it
+(each step one request on Spark Connect: ``spark_session.get_settings``).
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def test_a_large_batch_keeps_generated_code_and_asks_nothing_of_the_session():
 @pytest.mark.parametrize("chosen", [{"spark.sql.codegen.wholeStage": "false"},
                                     {"spark.sql.codegen.factoryMode": "CODEGEN_ONLY"},
                                     {"spark.sql.subexpressionElimination.enabled": "false"}])
-def test_a_pipeline_that_chose_its_codegen_settings_keeps_them(chosen):
+def test_a_pipeline_that_chose_any_of_these_settings_keeps_them_all(chosen):
     spark = _Session(chosen)
     with codegen.for_batch(spark, 100) as interpreted:
         assert not interpreted
