@@ -166,10 +166,14 @@ class SparkConnectServer:
             cmd += ["--conf", f"{key}={value}"]
         return cmd
 
-    def start(self, timeout: float = 120.0, warm: bool = True, kafka_bootstrap: str | None = None) -> float:
+    def start(self, timeout: float = 180.0, warm: bool = True, kafka_bootstrap: str | None = None,
+              warm_timeout: float = 180.0) -> float:
         """Start (or find running) and wait until a Connect client runs a query; returns seconds.
         ``warm``: a server this call started then runs ``WARM_UP`` (with ``kafka_bootstrap``, Spark's
-        Kafka source too) before it is handed over."""
+        Kafka source too) before it is handed over, within ``warm_timeout`` of its own: on a loaded
+        2-core host a server on a cluster took 77 s to answer and its warm-up over 43 s more (CI,
+        2026-11-30), so one budget of 120 s shared by both failed a server that was working. A server
+        that exits fails at once, whatever the budgets."""
         t0 = time.monotonic()
         proc = None
         if not self.pid():
@@ -182,14 +186,14 @@ class SparkConnectServer:
         self.wait_ready(max(1.0, timeout - (time.monotonic() - t0)), proc)
         ready = time.monotonic() - t0
         if proc is not None and warm:
-            self.warm_up(max(10.0, timeout - ready), kafka_bootstrap)
+            self.warm_up(warm_timeout, kafka_bootstrap)
         took = time.monotonic() - t0
         if proc is not None:
             log.info("spark connect server ready on %s (master %s, pid %d) in %.1fs%s", self.url, self.master, proc.pid,
                      took, f", warmed up in {took - ready:.1f}s" if warm else "")
         return took
 
-    def warm_up(self, timeout: float = 120.0, kafka_bootstrap: str | None = None) -> None:
+    def warm_up(self, timeout: float = 180.0, kafka_bootstrap: str | None = None) -> None:
         """Run ``WARM_UP`` on the server; a failure names the server's log (a server that answers
         the probe but cannot run a job would fail the first pipeline run anyway)."""
         scratch = self.home / "tmp" / "warm-up"
