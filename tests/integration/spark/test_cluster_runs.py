@@ -9,6 +9,8 @@ from __future__ import annotations
 import glob
 import json
 import subprocess
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -39,6 +41,36 @@ def _lost_node_in_executor_logs(spark, p, batch_id: int, node) -> bool:
     return f"] Node {node.node_id} disconnected." in logs or f"] Bootstrap broker {node.bootstrap} (" in logs
 
 
+def _when_reading(spark, p, batch_id: int, action, timeout_s: float = 300) -> threading.Thread:
+    """Once an executor of the batch's application creates its first Kafka reader, run ``action``
+    (in a thread). The reader's consumer then loads, bootstraps and fetches (1.2 s and more in the
+    executor logs, a new JVM per batch), so a broker killed here dies while the job reads, on a fast
+    host or a slow one; it stays the partition's leader in the metadata until the controller fences
+    it (broker.session.timeout.ms, 9 s), so the consumer meets it dead. Not at the batch's first
+    staged file (``when_writing``): on a loaded 2-core host the tasks started 8 s after it, and a
+    consumer that bootstrapped from a live broker after the fencing never met the dead one (CI,
+    2026-11-30); nor later: the job takes a partition's 5,000 records of an hour in one 4 MiB fetch
+    (``job.read.FETCH_OPTIONS``), and a kill after that fetch meets no consumer."""
+    prefix = f"offsetbatch-{p.name}-batch-{batch_id}"
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        app = None
+        while time.monotonic() < deadline and app is None:
+            app = next((a["id"] for a in spark.status()["active_apps"] if a["name"].startswith(prefix)), None)
+            time.sleep(0.2)
+        while app and time.monotonic() < deadline:
+            if any("KafkaBatchReaderFactory: Creating Kafka reader" in open(f).read()
+                   for f in glob.glob(f"{spark.home}/worker-*/work/{app}/*/stderr")):
+                action()
+                return
+            time.sleep(0.05)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
 def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipeline, clusters):
     kafka, spark = clusters
     p = cluster_pipeline(make_pipeline, spark, kafka, "")
@@ -59,10 +91,10 @@ def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipel
         killed.append(leader)
 
     # Hour 2: the leader of partition 0 dies while the batch's tasks read; it stays down for the rerun.
-    watcher = when_writing(p, 2, kill_leader)
+    watcher = _when_reading(spark, p, 2, kill_leader)
     second = p.run(BASE + H)
     watcher.join(timeout=300)
-    assert killed, "the job never started writing"
+    assert killed, "the job never started reading"
     if not second.ok:  # the run may fail; its rerun must then complete the same batch
         second = p.run(BASE + H)
         assert second.ok, second.output[-4000:]
@@ -90,10 +122,10 @@ def test_hourly_runs_on_the_clusters_through_a_leader_killed_mid_read(make_pipel
     dead.start()
     kafka.wait_in_sync(p.topic)
     killed.clear()
-    watcher = when_writing(p, 4, kill_leader)
+    watcher = _when_reading(spark, p, 4, kill_leader)
     fourth = p.run(BASE + 3 * H)
     watcher.join(timeout=300)
-    assert killed, "the job never started writing"
+    assert killed, "the job never started reading"
     kafka.node(killed[0]).start()
     kafka.wait_in_sync(p.topic)
     assert _lost_node_in_executor_logs(spark, p, 4, kafka.node(killed[0]))
