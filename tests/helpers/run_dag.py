@@ -13,7 +13,9 @@ Airflow's import and its in-process execution API's cost about 12 s of a 2-core 
 process, paid once instead of per run. It reads one JSON request a line on stdin (the arguments
 above, the run's whole environment and a log file), runs it in a fork with that environment and
 with its stdout and stderr (file descriptors, so subprocesses' too) sent to the log file, and
-answers with a line ``RESULT <exit code>``. Each run starts from the same warm, never-used state,
+answers with a line ``RESULT <exit code>``. A request with ``argv`` instead runs that Airflow
+command (``airflow ARGV``: the CLI's own parser and command, as ``airflow/__main__.py`` runs them),
+its stdout to the log file and its stderr to ``err``. Each run starts from the same warm, never-used state,
 as a fresh process would: no cache, connection or binding of one run reaches the next.
 """
 
@@ -40,6 +42,23 @@ def run(dag_file: str, dag_id: str, logical: str, run_after: str, conf: dict) ->
     )
     print(f"DAGRUN {dr.state} {dr.run_id}")
     return 0 if str(dr.state) in ("success", "DagRunState.SUCCESS") else 1
+
+
+def cli(argv: list[str]) -> int:
+    """``airflow ARGV`` in this process, as ``airflow/__main__.py`` runs it; its exit code."""
+    from airflow.cli import cli_parser
+    from airflow.cli.utils import redirect_stdout_log_handlers_to_stderr
+
+    try:
+        args = cli_parser.get_parser().parse_args(argv)
+        if hasattr(args, "output"):
+            redirect_stdout_log_handlers_to_stderr()
+        args.func(args)
+    except SystemExit as exit_:
+        if isinstance(exit_.code, str):
+            print(exit_.code, file=sys.stderr)
+        return exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+    return 0
 
 
 def warm_up() -> None:
@@ -91,12 +110,18 @@ def _child(request: dict) -> int:
     fault that kills its process (``point:kill``) kills this copy only."""
     os.environ.clear()
     os.environ.update(request["env"])
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    for fd, path in ((1, request["log"]), (2, request.get("err"))):
+        if path is None:  # stderr to the log file too, through the one open file (one offset)
+            os.dup2(1, fd)
+            continue
+        out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, fd)
+        os.close(out)
     try:
-        rc = run(request["dag_file"], request["dag_id"], request["logical"], request["run_after"], request["conf"])
+        if "argv" in request:
+            rc = cli(request["argv"])
+        else:
+            rc = run(request["dag_file"], request["dag_id"], request["logical"], request["run_after"], request["conf"])
     except BaseException:  # noqa: BLE001 - reported as the run's failure, in its log
         import traceback
 

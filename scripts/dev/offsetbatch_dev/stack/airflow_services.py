@@ -171,7 +171,12 @@ class AirflowServices(AirflowRest):
                 p.wait()
 
     def airflow(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["airflow", *args], env=self.env, capture_output=True, text=True, timeout=300)
+        """``airflow ARGS`` against these services' metadata DB, asserting it succeeded (``check``)."""
+        proc = self.run_cli(list(args))
         if check:
             assert proc.returncode == 0, f"airflow {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
         return proc
+
+    def run_cli(self, argv: list[str]) -> subprocess.CompletedProcess:
+        """One Airflow command, in a new ``airflow`` process (the suite runs it in a warm one)."""
+        return subprocess.run(["airflow", *argv], env=self.env, capture_output=True, text=True, timeout=300)
