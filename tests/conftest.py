@@ -91,32 +91,7 @@ def postgres(test_state):
 
 
 @pytest.fixture(scope="session")
-def spark_class_archive(test_state) -> str:
-    """A class-data-sharing archive of a Spark driver's classes, written once per worker by a small
-    local job (``tests/helpers/spark_class_archive.py``, about 20 s); the suite's Spark JVMs (the
-    ``spark-submit`` drivers and their executors, the shared Connect server, the in-process Spark)
-    then map those classes instead of loading and verifying them again. Measured here on a small
-    ``spark-submit`` job: 8.9 s of CPU and 8.1 s of wall without it, 5.3 s and 4.5 s with it. A JVM
-    whose class path does not match the archive runs without it. Returns the JVM option."""
-    import subprocess
-
-    archive, out = test_state / "spark-classes.jsa", test_state / "spark-class-archive-out"
-    archive.unlink(missing_ok=True)  # made by this session's pyspark, never an older one
-    job = PROJECT_ROOT / "tests" / "helpers" / "spark_class_archive.py"
-    res = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                          "--conf", "spark.driver.bindAddress=127.0.0.1",
-                          "--conf", f"spark.driver.extraJavaOptions={' '.join(TEST_JVM_OPTIONS)} "
-                                    f"-XX:ArchiveClassesAtExit={archive}", str(job), str(out)],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0 and archive.exists(), res.stdout[-3000:] + res.stderr[-3000:]
-    shutil.rmtree(out, ignore_errors=True)
-    option = f"-XX:SharedArchiveFile={archive}"
-    SPARK_TEST_CONF["spark.driver.extraJavaOptions"] += f" {option}"  # the pipelines written from now on
-    return option
-
-
-@pytest.fixture(scope="session")
-def spark(spark_class_archive):
+def spark():
     """One local Spark for in-process tests, launched with the Kafka connector: the driver JVM's
     classpath is fixed at launch, so every in-process session must share this one."""
     from pyspark.sql import SparkSession
@@ -127,7 +102,7 @@ def spark(spark_class_archive):
         SparkSession.builder.master("local[2]").appName("offsetbatch-tests")
         .config("spark.jars", ",".join(spark_connector_jars()))
         .config("spark.ui.enabled", "false")
-        .config("spark.driver.extraJavaOptions", " ".join((*TEST_JVM_OPTIONS, spark_class_archive)))
+        .config("spark.driver.extraJavaOptions", " ".join(TEST_JVM_OPTIONS))
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .getOrCreate()
@@ -173,7 +148,7 @@ def airflow_env(test_state, kafka_broker, postgres):
 
 
 @pytest.fixture(scope="session")
-def spark_connect_server(test_state, spark_class_archive):
+def spark_connect_server(test_state):
     """One Spark Connect server (``local[2]``) per worker for the modules marked ``spark_connect``:
     their runs' spark_job tasks are Connect clients, without a spark-submit and a Spark start each.
     S3A is on its classpath too, for the sinks on a bucket (test_object_storage)."""
@@ -182,14 +157,14 @@ def spark_connect_server(test_state, spark_class_archive):
     server = SparkConnectServer(port=TEST_CONNECT_PORT, master="local[2]", home=test_state / "spark-connect-shared",
                                 jars=spark_connector_jars() + spark_s3a_jars(),
                                 conf={"spark.sql.shuffle.partitions": "2",
-                                      "spark.driver.extraJavaOptions": " ".join((*TEST_JVM_OPTIONS, spark_class_archive))})
+                                      "spark.driver.extraJavaOptions": " ".join(TEST_JVM_OPTIONS)})
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def make_pipeline(airflow_env, kafka_broker, test_state, spark_class_archive, request):
+def make_pipeline(airflow_env, kafka_broker, test_state, request):
     """Factory of pipelines under test, each with its own topic, SQLite ledger and table. In a module
     marked ``spark_connect`` the pipelines' Spark jobs run on the shared Connect server."""
     import re
