@@ -66,8 +66,8 @@ class DagRunner:
 
     def cli(self, argv: list[str], env: dict, timeout_s: float = 300) -> subprocess.CompletedProcess:
         """``airflow ARGV`` under ``env``: in a fork of the warm runner when it serves this Airflow
-        (the CLI's own parser and command, without a new interpreter importing Airflow: 5-8 s of CPU
-        on a 2-core host per call), else in a new ``airflow`` process."""
+        (the CLI's own parser and command, without a new interpreter importing Airflow: 2-8 s of CPU
+        a call on 2-core hosts), else in a new ``airflow`` process."""
         import tempfile
 
         served = self._settings is not None and all(
