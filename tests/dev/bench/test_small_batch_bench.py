@@ -21,6 +21,16 @@ def test_the_warm_up_runs_stay_out_of_the_medians_and_ratios():
     assert "the first 2 run(s) warm it and are not counted" in text
 
 
+def test_the_server_s_jit_cpu_is_given_for_the_counted_and_the_warm_up_rounds():
+    jobs = [3.0, 1.0, 0.5, 0.6, 0.7]
+    text = "\n".join(section(10_000, jobs, jobs, [0.25] * 5, [0.5] * 5, [0.0] * 5, "cmd", None, warm=2,
+                             jits=[2.0, 0.8, 0.3, None, 0.1]))
+    assert ("The server's JIT compiler threads used 0.20 s of CPU per counted round (median; the rounds' job, raw "
+            "read and floor together), 1.40 s per warm-up round.") in text
+    assert "JIT compiler" not in "\n".join(section(10_000, jobs, jobs, [0.25] * 5, [0.5] * 5, [0.0] * 5, "cmd", None,
+                                                    warm=2, jits=[None] * 5))
+
+
 def test_at_least_one_run_is_counted():
     text = _report(warm=9)
     assert "| median of runs 5..5 (s) |" in text

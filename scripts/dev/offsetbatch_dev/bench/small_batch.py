@@ -1,7 +1,7 @@
 """The Spark job of a small batch on a warm Spark Connect server (issue 42: a lag trigger makes
 small batches the common case; the target is 3 s for 10,000 records).
 
-    python -m offsetbatch_dev.bench.small_batch [--records 10000] [--warm 8] [--repeat 12] [--profile]
+    python -m offsetbatch_dev.bench.small_batch [--records 10000] [--warm 40] [--repeat 12] [--profile]
 
 Produces ``--records`` JSON sample events once (4 partitions), starts a Connect server
 (``local[2]``), then runs the spark_job task's own call (``run_batches``) ``--warm`` + ``--repeat``
@@ -16,9 +16,12 @@ server (each Spark Connect RPC is a round trip). Refuses a busy machine unless `
 (``quiet``); the medians go to docs/benchmarks.md, section ``small-batch``.
 
 The first ``--warm`` runs are not counted: a server shared by a fleet runs batches all day, and the
-JVM keeps getting faster for about ten runs after the server's own warm-up (its JIT compiles the
-planner's and the tasks' code paths a few runs at a time); the medians of the runs after them are
-what a pipeline on a working server sees.
+JVM keeps getting faster for about fifty rounds after the server's own warm-up. Its JIT compiles the
+analyzer's, planner's and tasks' code paths a few hundred methods a round, on the cores the tasks
+run on: measured with the job alone on the server (2026-12-06, 2 cores), its compiler threads used
+330-530 ms of CPU per round in rounds 10-30 and 110-180 ms in rounds 50-70, while the job took
+0.55-0.68 s and then 0.39-0.52 s. The report gives the compiler's CPU per round (``jit_seconds``),
+so that a reader can see whether the counted runs met a settled server.
 """
 
 from __future__ import annotations
@@ -120,6 +123,26 @@ def floor_run(url: str, spec_uri: str, out: Path) -> float:
         spark.stop()
 
 
+def jit_seconds(pid: int | None) -> float | None:
+    """CPU seconds the JVM ``pid``'s JIT compiler threads have used (Linux ``/proc``); None if unknown."""
+    if pid is None:
+        return None
+    total = 0.0
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in threads:
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue  # the thread ended
+        if stat[stat.index("(") + 1:stat.rindex(")")].startswith(("C1 CompilerThre", "C2 CompilerThre")):
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+    return total
+
+
 def measure(kind: str, url: str, uri: str, attempt: str, out: Path, profile: bool = False) -> dict:
     """One run of ``kind`` (job, raw, floor) in a process of its own, as the spark_job task runs
     each batch: what a process pays once (its first gRPC channel, modules imported on first use)
@@ -161,7 +184,7 @@ def child(kind: str, url: str, uri: str, attempt: str, out: str, profile: bool) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m offsetbatch_dev.bench.small_batch", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000)
-    parser.add_argument("--warm", type=int, default=8, help="runs first, not counted (the server's JIT still warming)")
+    parser.add_argument("--warm", type=int, default=40, help="runs first, not counted (the server's JIT still warming)")
     parser.add_argument("--repeat", type=int, default=12, help="runs counted in the medians")
     parser.add_argument("--profile", action="store_true", help="print the client's cProfile of the last run")
     parser.add_argument("--allow-load", action="store_true", help="measure on a busy machine (the report says so)")
@@ -181,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                                 conf={"spark.sql.shuffle.partitions": "2"})
     server.start()
     try:
-        walls, jobs, raws, floors, busy = [], [], [], [], []
+        walls, jobs, raws, floors, busy, jits = [], [], [], [], [], []
         for rep in range(args.warm + args.repeat):
             table = work / f"table-{rep}"
             shutil.rmtree(table, ignore_errors=True)
@@ -189,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             uri = TableLayout(str(table)).spec(1)
             spec.save(uri)
             busy.append(quiet.busy_before_run(console, f"run {rep + 1}"))
+            jit_before = jit_seconds(server.pid())
             job = measure("job", server.url, uri, f"rep{rep}", table,
                           profile=args.profile and rep == args.warm + args.repeat - 1)
             walls.append(job["wall"])
@@ -199,13 +223,17 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(floor_out, ignore_errors=True)
             floors.append(measure("floor", server.url, uri, f"rep{rep}", floor_out)["seconds"])
             shutil.rmtree(floor_out, ignore_errors=True)
+            jit_after = jit_seconds(server.pid())
+            jits.append(None if jit_before is None or jit_after is None else jit_after - jit_before)
             console.print(f"{'warm-up ' if rep < args.warm else ''}run {rep + 1}: {jobs[-1]:.2f} s job, {walls[-1]:.2f} s with "
                           f"the session, raw read {raws[-1]:.2f} s, no-check floor {floors[-1]:.2f} s ({args.records:,} "
-                          f"records)\n  job: {job['calls']}\n  raw read: {raw['calls']}")
+                          f"records)"
+                          + (f", the server's JIT {jits[-1]:.2f} s of CPU" if jits[-1] is not None else "")
+                          + f"\n  job: {job['calls']}\n  raw read: {raw['calls']}")
     finally:
         server.stop()
     lines = section(args.records, jobs, walls, raws, floors, busy, report.command_line("offsetbatch_dev.bench.small_batch", argv),
-                    warning, (job["calls"], raw["calls"]), warm=args.warm)
+                    warning, (job["calls"], raw["calls"]), warm=args.warm, jits=jits)
     console.print("\n".join(lines[2:]))
     report.write_section(Path(args.docs) / "benchmarks.md", "small-batch", lines)
     return 0
@@ -213,20 +241,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def section(records: int, jobs: list[float], walls: list[float], raws: list[float], floors: list[float],
             busy: list[float], command: str, warning: str | None,
-            round_trips: tuple[str, str] | None = None, warm: int = 1) -> list[str]:
-    """The docs section: medians of the runs after the first ``warm`` (the server's JVM warming)."""
+            round_trips: tuple[str, str] | None = None, warm: int = 1,
+            jits: list[float | None] | None = None) -> list[str]:
+    """The docs section: medians of the runs after the first ``warm`` (the server's JVM warming);
+    ``jits``: the server's JIT compiler CPU seconds in each round (``jit_seconds``)."""
     warm = min(warm, len(jobs) - 1)
     counted = slice(warm, None)
     job, wall, raw, floor = (statistics.median(xs[counted]) for xs in (jobs, walls, raws, floors))
     per_run = ", ".join(f"{j / f:.2f}" for j, f in zip(jobs[counted], floors[counted]))
     per_run_raw = ", ".join(f"{j / r:.2f}" for j, r in zip(jobs[counted], raws[counted]))
     flagged = [i + 1 for i, b in enumerate(busy) if b > quiet.BUSY_LIMIT]
+    known = [(i, x) for i, x in enumerate(jits or []) if x is not None]
+    warming = [x for i, x in known if i < warm]
+    settled = [x for i, x in known if i >= warm]
     return [
         "## The Spark job of a small batch on Spark Connect (issue 42)",
         "",
         f"`{command}`, {time.strftime('%Y-%m-%d')}. {report.machine()}. {records:,} JSON sample events in 4 "
         f"partitions; one Spark Connect server (`local[2]`); the first {warm} run(s) warm it and are not counted "
-        f"(the server's JIT keeps getting faster for about ten runs). Each run is the spark_job task's own call "
+        f"(the server's JIT keeps getting faster for about fifty). Each run is the spark_job task's own call "
         f"(`run_batches`: parse, checks, statistics, partitioned Parquet write, manifest) in a process and session "
         f"of its own, on a new table; after it, the baselines, each in a process and session of its own: the job's "
         f"own Kafka read of the same ranges, only counted, and the no-check floor (`floor_run`: that read, one "
@@ -248,6 +281,10 @@ def section(records: int, jobs: list[float], walls: list[float], raws: list[floa
         f"{'met' if job <= TARGET_S else 'missed'} ({job:.2f} s)."
         + (f" Runs {', '.join(map(str, flagged))} started on a busy machine (over {quiet.BUSY_LIMIT:.0f} % CPU)."
            if flagged else ""),
+        *([] if not settled else [
+            "", f"The server's JIT compiler threads used {statistics.median(settled):.2f} s of CPU per counted round "
+                f"(median; the rounds' job, raw read and floor together)"
+                + (f", {statistics.median(warming):.2f} s per warm-up round" if warming else "") + "."]),
         *([] if round_trips is None else [
             "", f"Spark Connect round trips of the last run (`connect_calls`): the job {round_trips[0]}; the raw "
                 f"read {round_trips[1]}."]),
