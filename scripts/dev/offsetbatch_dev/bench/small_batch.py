@@ -259,7 +259,7 @@ def section(records: int, jobs: list[float], walls: list[float], raws: list[floa
         "",
         f"`{command}`, {time.strftime('%Y-%m-%d')}. {report.machine()}. {records:,} JSON sample events in 4 "
         f"partitions; one Spark Connect server (`local[2]`); the first {warm} run(s) warm it and are not counted "
-        f"(the server's JIT keeps getting faster for about fifty). Each run is the spark_job task's own call "
+        f"(the server's JIT keeps getting faster for about fifty rounds). Each run is the spark_job task's own call "
         f"(`run_batches`: parse, checks, statistics, partitioned Parquet write, manifest) in a process and session "
         f"of its own, on a new table; after it, the baselines, each in a process and session of its own: the job's "
         f"own Kafka read of the same ranges, only counted, and the no-check floor (`floor_run`: that read, one "
