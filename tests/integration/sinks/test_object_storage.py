@@ -214,10 +214,11 @@ def test_files_sink_on_s3_exactly_once_through_crashes_a_replay_and_a_lost_ledge
 def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipeline, s3_server, spark_connect_server):
     """Two runs execute batch 1 at the same time (the second finds it planned and runs it too): one
     commits, the other loses, either failing mid-write because the winner's publish removed its
-    folder, or finishing and finding the batch committed. Whichever way the loser ends, nothing of
-    it stays on the bucket (issue 41, case 3: its ``_error.json`` and the objects it wrote after the
-    winner's cleanup used to stay for good): every object is a published manifest, a Parquet file a
-    manifest names, or the table's own metadata, and every record is there once."""
+    folder, or finishing and finding the batch committed, or (when the winner commits while the
+    loser still plans) finding it committed before its job starts. Whichever way the loser ends,
+    nothing of it stays on the bucket (issue 41, case 3: its ``_error.json`` and the objects it
+    wrote after the winner's cleanup used to stay for good): every object is a published manifest,
+    a Parquet file a manifest names, or the table's own metadata, and every record is there once."""
     from concurrent.futures import ThreadPoolExecutor
 
     fs = s3_server.filesystem()
@@ -230,7 +231,8 @@ def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipe
     assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
     logs = "".join(o.output for o in outcomes)
     assert "batch 1: planned by run" in logs and "executes it first" in logs, logs[-4000:]  # both executed it
-    assert "committed by other attempts" in logs or "already committed (attempt" in logs, logs[-4000:]  # one lost
+    assert ("committed by other attempts" in logs or "already committed (attempt" in logs  # one lost
+            or "nothing left to run: batch 1 is already committed" in logs), logs[-4000:]
     assert _unreferenced(p, fs) == []
     # On S3 the winner's files stay in its attempt folder (the manifest's location): any other
     # attempt's object, or an error file, is the loser's litter.
