@@ -230,7 +230,7 @@ def test_two_runs_executing_one_batch_at_once_leave_nothing_of_the_loser(s3_pipe
         outcomes = list(pool.map(lambda logical: p.run(logical, run_after=logical + 100 * H, own_process=True), at))
     assert all(o.ok for o in outcomes), [o.output[-3000:] for o in outcomes if not o.ok]
     logs = "".join(o.output for o in outcomes)
-    assert "batch 1: planned by run" in logs and "executes it first" in logs, logs[-4000:]  # both executed it
+    assert "batch 1: planned by run" in logs and "executes it first" in logs, logs[-4000:]  # both took it up
     assert ("committed by other attempts" in logs or "already committed (attempt" in logs  # one lost
             or "nothing left to run: batch 1 is already committed" in logs), logs[-4000:]
     assert _unreferenced(p, fs) == []
